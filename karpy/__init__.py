@@ -1,0 +1,3 @@
+"""karpy: Karpenter, the Kubernetes node autoprovisioner, in Python."""
+
+__version__ = "0.1.0"

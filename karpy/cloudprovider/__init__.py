@@ -1,0 +1,1 @@
+"""Cloud providers: instance-type catalogs, allocatable formulas and launches."""

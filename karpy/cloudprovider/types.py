@@ -1,0 +1,56 @@
+"""What the engine needs to know about a cloud: instance types and their offerings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Well-known labels (Kubernetes and karpenter.sh)
+LABEL_ARCH = "kubernetes.io/arch"
+LABEL_OS = "kubernetes.io/os"
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_REGION = "topology.kubernetes.io/region"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+LABEL_NODEPOOL = "karpenter.sh/nodepool"
+
+CAPACITY_RESERVED = "reserved"
+CAPACITY_SPOT = "spot"
+CAPACITY_ON_DEMAND = "on-demand"
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One place an instance type can be bought: a zone and a capacity type, at a price."""
+
+    zone: str
+    capacity_type: str  # "on-demand" | "spot" | "reserved"
+    price: float  # USD per hour (kwok: the catalog's synthetic unit)
+    available: bool = True
+    price_estimated: bool = False  # True when the catalog assumed this price (see the catalog's notes)
+    reservation_id: str | None = None
+
+
+@dataclass
+class InstanceType:
+    """An instance type (VM size) as the engine sees it.
+
+    ``labels`` holds every single-valued label a node of this type carries
+    (arch, os, instance-type and the provider's labels such as
+    ``karpenter.azure.com/sku-cpu``); zone and capacity type come from
+    ``offerings``. ``capacity`` and ``overhead`` are integer resource units
+    (see karpy.resources); allocatable = capacity - overhead.
+    """
+
+    name: str
+    labels: dict[str, str]
+    capacity: dict[str, int]
+    overhead: dict[str, int]
+    offerings: list[Offering] = field(default_factory=list)
+
+    @property
+    def allocatable(self) -> dict[str, int]:
+        out = dict(self.capacity)
+        for k, v in self.overhead.items():
+            out[k] = out.get(k, 0) - v
+        return out

@@ -1,0 +1,1 @@
+"""The scheduling engine: requirement algebra, pod compilation, topology and the solver."""

@@ -1,0 +1,884 @@
+"""The scheduling simulation: where would pending pods go, and which NodeClaims must launch?
+
+Given pending pods, the cluster's nodes (registered or still launching) and one
+:class:`NodeClaimTemplate` per NodePool (its requirements, taints and the
+instance types its NodeClass offers), :meth:`Scheduler.solve` decides, as
+upstream Karpenter does:
+
+* pods are taken largest first (CPU, then memory);
+* each pod tries the existing nodes, then the NodeClaims this solve has
+  already opened, then a new NodeClaim from each NodePool in weight order;
+* a NodeClaim keeps every instance type that could still hold all its pods,
+  so it grows until its largest compatible type is full;
+* a pod that fits nowhere has its soft constraints relaxed in upstream's order
+  (extra required node-affinity terms, preferred pod affinity, preferred pod
+  anti-affinity, preferred node affinity, ScheduleAnyway spreads, then
+  PreferNoSchedule taints) and is tried again.
+
+Pods with identical constraints are scheduled together as one *class*: the
+solver asks once how many of them a node can take (resources, host ports and
+topology caps) and places them in bulk. Topology constraints are answered from
+indexed per-domain counts (:mod:`karpy.scheduling.topology`), and a NodeClaim
+that is full for a request size is skipped by a cursor, never rescanned.
+The engine is pure: no I/O, no clock, deterministic for the same input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .. import resources as res
+from ..cloudprovider.types import (
+    CAPACITY_ON_DEMAND,
+    CAPACITY_RESERVED,
+    CAPACITY_SPOT,
+    LABEL_CAPACITY_TYPE,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+    InstanceType,
+)
+from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
+from .requirements import IN, NOT_IN, Requirement, Requirements
+from .topology import AFFINITY, ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
+
+MAX_INSTANCE_TYPES = 60  # upstream caps the instance types sent with one NodeClaim
+
+# Labels Karpenter (or the provider) fills in at launch, so a pod may require them
+# even when a NodePool does not name them.
+CORE_WELL_KNOWN_LABELS = frozenset({
+    LABEL_HOSTNAME,
+    LABEL_ZONE,
+    "topology.kubernetes.io/region",
+    LABEL_INSTANCE_TYPE,
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    LABEL_CAPACITY_TYPE,
+    LABEL_NODEPOOL,
+    "node.kubernetes.io/windows-build",
+})
+
+_PREFER_NO_SCHEDULE_TOLERATION = Toleration("", "Exists", "", "PreferNoSchedule")
+
+
+def tolerates_all(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> Taint | None:
+    """The first taint (any effect, PreferNoSchedule included) not tolerated, as Karpenter checks."""
+    for t in taints:
+        if not any(tol.tolerates(t) for tol in tolerations):
+            return t
+    return None
+
+
+# --- inputs ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class NodeClaimTemplate:
+    """What one NodePool can launch."""
+
+    nodepool: str
+    weight: int
+    requirements: Requirements  # NodePool requirements + template labels + the nodepool label
+    taints: tuple[Taint, ...]
+    startup_taints: tuple[Taint, ...]
+    labels: dict[str, str]
+    instance_types: list[InstanceType]  # compatible with the requirements, with an available offering
+    daemon_overhead: dict[str, int] = field(default_factory=dict)
+    remaining: dict[str, int] | None = None  # NodePool limits minus what exists; None: unlimited
+    well_known_labels: frozenset[str] = CORE_WELL_KNOWN_LABELS
+    nodeclass: str = ""
+
+
+@dataclass(eq=False)
+class ExistingNode:
+    """A Node, or a launched NodeClaim not yet registered, that pods may be placed on."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: dict[str, int]
+    requested: dict[str, int]  # pods already bound or nominated there, daemons included
+    host_ports: set[tuple[str, int, str]] = field(default_factory=set)
+    nodepool: str | None = None
+    bound_pods: list[PodInfo] = field(default_factory=list)  # for topology counts
+    schedulable: bool = True  # False: cordoned or being deleted
+
+
+# --- outputs ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class NewNodeClaim:
+    template: NodeClaimTemplate
+    hostname: str
+    requirements: Requirements
+    instance_types: list[InstanceType]  # cheapest first, capped at MAX_INSTANCE_TYPES
+    pods: list[PodInfo]
+    requests: dict[str, int]  # daemon overhead + pods
+
+
+@dataclass
+class Results:
+    new_nodeclaims: list[NewNodeClaim]
+    existing: dict[str, list[PodInfo]]  # node name -> pods placed there
+    errors: dict[str, str]  # pod key -> why it fits nowhere
+    failed_pods: list[PodInfo]
+
+
+# --- internals -------------------------------------------------------------------------
+
+
+class _TemplateState:
+    """Per-solve, per-template arrays over its instance types."""
+
+    def __init__(self, tpl: NodeClaimTemplate, index: int, rindex: dict[str, int], nres: int):
+        self.tpl = tpl
+        self.index = index
+        self.types = tpl.instance_types
+        n = len(self.types)
+        alloc = np.zeros((n, nres), dtype=np.int64)
+        cap = np.zeros((n, nres), dtype=np.int64)
+        for i, it in enumerate(self.types):
+            for k, v in it.allocatable.items():
+                j = rindex.get(k)
+                if j is not None:
+                    alloc[i, j] = v
+            for k, v in it.capacity.items():
+                j = rindex.get(k)
+                if j is not None:
+                    cap[i, j] = v
+        self.alloc = alloc
+        self.capacity = cap
+        self.label_keys = set()
+        for it in self.types:
+            self.label_keys.update(it.labels)
+        self._label_masks: dict[tuple, np.ndarray] = {}
+        self._offer_masks: dict[tuple, np.ndarray] = {}
+        daemon = np.zeros(nres, dtype=np.int64)
+        for k, v in tpl.daemon_overhead.items():
+            j = rindex.get(k)
+            if j is not None:
+                daemon[j] = v
+        self.daemon = daemon
+        self.all_idx = np.arange(n, dtype=np.int64)
+
+    def label_mask(self, reqs: Requirements) -> np.ndarray:
+        """Types whose labels satisfy the type-level keys of ``reqs``."""
+        relevant = [r for r in reqs if r.key in self.label_keys and r.key not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)]
+        sig = tuple(sorted(r.signature() for r in relevant))
+        m = self._label_masks.get(sig)
+        if m is None:
+            m = np.ones(len(self.types), dtype=bool)
+            for i, it in enumerate(self.types):
+                for r in relevant:
+                    v = it.labels.get(r.key)
+                    if (v is None and not r.allows_absent()) or (v is not None and not r.has(v)):
+                        m[i] = False
+                        break
+            self._label_masks[sig] = m
+        return m
+
+    def offering_mask(self, reqs: Requirements) -> np.ndarray:
+        """Types with an available offering in the allowed zones and capacity types."""
+        zr = reqs.get(LABEL_ZONE)
+        cr = reqs.get(LABEL_CAPACITY_TYPE)
+        sig = (zr.signature(), cr.signature())
+        m = self._offer_masks.get(sig)
+        if m is None:
+            m = np.array(
+                [any(o.available and zr.has(o.zone) and cr.has(o.capacity_type) for o in it.offerings) for it in self.types],
+                dtype=bool,
+            )
+            self._offer_masks[sig] = m
+        return m
+
+
+class _Claim:
+    """A NodeClaim being built by this solve."""
+
+    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq")
+
+    def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int):
+        self.ts = ts
+        self.hostname = hostname
+        self.req = req
+        self.idx = idx
+        self.used = ts.daemon.copy()
+        self.pods: list[PodInfo] = []
+        self.host_ports: set = set()
+        self.seq = seq
+        self._refresh_max()
+
+    def _refresh_max(self) -> None:
+        if len(self.idx):
+            self.max_alloc = self.ts.alloc[self.idx].max(axis=0)
+        else:
+            self.max_alloc = np.zeros_like(self.used)
+
+    def domain(self, key: str) -> str | None:
+        if key == LABEL_HOSTNAME:
+            return self.hostname
+        r = self.req._reqs.get(key)
+        if r is not None and not r.complement and len(r.values) == 1:
+            return next(iter(r.values))
+        return None
+
+
+class _Node:
+    __slots__ = ("node", "alloc", "used", "req")
+
+    def __init__(self, node: ExistingNode, alloc: np.ndarray, used: np.ndarray):
+        self.node = node
+        self.alloc = alloc
+        self.used = used
+        self.req = Requirements.from_labels(node.labels)
+
+    @property
+    def hostname(self) -> str:
+        return self.node.labels.get(LABEL_HOSTNAME, self.node.name)
+
+    def domain(self, key: str) -> str | None:
+        if key == LABEL_HOSTNAME:
+            return self.hostname
+        return self.node.labels.get(key)
+
+
+class _Class:
+    """Pods with one class key, and everything derived from their constraints."""
+
+    def __init__(self, pods: list[PodInfo], solver: "Scheduler"):
+        self.pods = pods
+        self.rep = pods[0]
+        self.solver = solver
+        self.prefer_no_schedule_tolerated = False
+        self.derive()
+
+    def derive(self) -> None:
+        s = self.solver
+        p = self.rep
+        self.reqs = p.requirements(with_preferences=s.respect_preferences)
+        self.request_vec = s.vector(p.requests)
+        self.nz = np.flatnonzero(self.request_vec)
+        self.nz_list = [int(i) for i in self.nz]
+        self.req_key = tuple(int(x) for x in self.request_vec)
+        topo = s.topology
+        self.spreads: list[tuple[TopologyGroup, bool, str]] = []
+        for c in p.spread:
+            if c.when_unsatisfiable == "ScheduleAnyway" and not s.respect_preferences:
+                continue
+            g = topo.spread_group(p.namespace, c)
+            self.spreads.append((g, g.selects(p.namespace, p.labels), c.node_affinity_policy))
+        aff_terms = list(p.affinity) + (list(p.preferred_affinity) if s.respect_preferences else [])
+        anti_terms = list(p.anti_affinity) + (list(p.preferred_anti_affinity) if s.respect_preferences else [])
+        self.affinities = [(g, g.selects(p.namespace, p.labels)) for g in (topo.affinity_group(t) for t in aff_terms)]
+        self.antis = [(g, g.selects(p.namespace, p.labels)) for g in (topo.anti_group(t) for t in anti_terms)]
+        self.tolerations = p.tolerations + ((_PREFER_NO_SCHEDULE_TOLERATION,) if self.prefer_no_schedule_tolerated else ())
+        self.has_topology = bool(self.spreads or self.affinities or self.antis)
+        self._selecting: list[TopologyGroup] | None = None
+        self._inverse: list[TopologyGroup] | None = None
+
+    def forces_own_node(self) -> bool:
+        return any(g.key == LABEL_HOSTNAME and self_sel for g, self_sel in self.antis)
+
+    def selecting(self) -> list[TopologyGroup]:
+        if self._selecting is None:
+            p = self.rep
+            self._selecting = self.solver.topology.selecting(p.namespace, p.labels, (p.namespace, tuple(sorted(p.labels.items()))))
+        return self._selecting
+
+    def inverse(self) -> list[TopologyGroup]:
+        """Anti-affinity groups whose selector matches these pods (their owners repel us)."""
+        if self._inverse is None:
+            self._inverse = [g for g in self.selecting() if g.kind == ANTI_AFFINITY]
+        return self._inverse
+
+    def relax(self) -> str | None:
+        """Drop one soft constraint, in upstream's order; None when nothing is left to relax."""
+        p = copy_for_relaxation(self.rep)
+        reason = None
+        if len(p.required_terms) > 1:
+            p.required_terms = p.required_terms[1:]
+            reason = "removing: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        elif p.preferred_affinity:
+            p.preferred_affinity = p.preferred_affinity[1:]
+            reason = "removing: spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+        elif p.preferred_anti_affinity:
+            p.preferred_anti_affinity = p.preferred_anti_affinity[1:]
+            reason = "removing: spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+        elif p.preferred_terms:
+            p.preferred_terms = p.preferred_terms[1:]
+            reason = "removing: spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+        elif any(c.when_unsatisfiable == "ScheduleAnyway" for c in p.spread):
+            i = next(i for i, c in enumerate(p.spread) if c.when_unsatisfiable == "ScheduleAnyway")
+            p.spread = p.spread[:i] + p.spread[i + 1:]
+            reason = "removing: spec.topologySpreadConstraints (ScheduleAnyway)"
+        elif not self.prefer_no_schedule_tolerated:
+            self.prefer_no_schedule_tolerated = True
+            reason = "adding: toleration for PreferNoSchedule taints"
+        if reason is None:
+            return None
+        self.rep = p
+        self.derive()
+        return reason
+
+
+class _Unplaceable(Exception):
+    pass
+
+
+class Scheduler:
+    """One scheduling simulation over a snapshot of the cluster."""
+
+    def __init__(
+        self,
+        templates: Sequence[NodeClaimTemplate],
+        existing: Sequence[ExistingNode] = (),
+        bound_pods_elsewhere: Sequence[tuple[PodInfo, Mapping[str, str]]] = (),
+        respect_preferences: bool = True,
+        hostname_prefix: str = "hostname-placeholder",
+        min_values_best_effort: bool = False,
+    ):
+        self.templates = sorted(templates, key=lambda t: (-t.weight, t.nodepool))
+        self.respect_preferences = respect_preferences
+        self.hostname_prefix = hostname_prefix
+        self.min_values_best_effort = min_values_best_effort
+        self.topology = Topology()
+        names: set[str] = {res.CPU, res.MEMORY, res.PODS}
+        for t in self.templates:
+            for it in t.instance_types:
+                names.update(it.allocatable)
+            names.update(t.daemon_overhead)
+        for n in existing:
+            names.update(n.allocatable)
+        self.rnames = sorted(names)
+        self.rindex = {k: i for i, k in enumerate(self.rnames)}
+        self.nres = len(self.rnames)
+        self.tstates = [_TemplateState(t, i, self.rindex, self.nres) for i, t in enumerate(self.templates)]
+        self.remaining = {
+            t.nodepool: (None if t.remaining is None else self.vector_signed(t.remaining)) for t in self.templates
+        }
+        self.nodes = [
+            _Node(n, self.vector(n.allocatable), self.vector(n.requested)) for n in existing if n.schedulable
+        ]
+        self._existing_input = list(existing)
+        self._bound_elsewhere = list(bound_pods_elsewhere)
+        self.claims: list[_Claim] = []
+        self._cursor: dict[tuple, int] = {}
+        self._seq = 0
+        self._universe_cache: dict[str, set[str]] = {}
+
+    # --- vectors -------------------------------------------------------------------
+    def vector(self, d: Mapping[str, int]) -> np.ndarray:
+        v = np.zeros(self.nres, dtype=np.int64)
+        for k, x in d.items():
+            j = self.rindex.get(k)
+            if j is None:
+                # A resource no node offers: keep it visible so nothing fits.
+                j = self._add_resource(k)
+                v = np.resize(v, self.nres)
+                v[-1] = 0
+            v[j] = x
+        return v
+
+    def vector_signed(self, d: Mapping[str, int]) -> np.ndarray:
+        v = np.full(self.nres, np.iinfo(np.int64).max // 4, dtype=np.int64)
+        for k, x in d.items():
+            j = self.rindex.get(k)
+            if j is not None:
+                v[j] = x
+        return v
+
+    def _add_resource(self, name: str) -> int:
+        self.rnames.append(name)
+        j = len(self.rnames) - 1
+        self.rindex[name] = j
+        self.nres += 1
+        # widen every array already built (rare: an extended resource nobody offers)
+        for ts in self.tstates:
+            ts.alloc = np.hstack([ts.alloc, np.zeros((ts.alloc.shape[0], 1), dtype=np.int64)])
+            ts.capacity = np.hstack([ts.capacity, np.zeros((ts.capacity.shape[0], 1), dtype=np.int64)])
+            ts.daemon = np.append(ts.daemon, 0)
+        for n in getattr(self, "nodes", []):
+            n.alloc = np.append(n.alloc, 0)
+            n.used = np.append(n.used, 0)
+        for c in getattr(self, "claims", []):
+            c.used = np.append(c.used, 0)
+            c._refresh_max()
+        for k, v in list(getattr(self, "remaining", {}).items()):
+            if v is not None:
+                self.remaining[k] = np.append(v, np.iinfo(np.int64).max // 4)
+        return j
+
+    # --- topology set-up -----------------------------------------------------------
+    def _register_existing_topology(self, classes: list[_Class]) -> None:
+        """Count pods already running (and their anti-affinity terms) into the groups."""
+        placements: list[tuple[PodInfo, Mapping[str, str]]] = []
+        for n in self._existing_input:
+            labels = dict(n.labels)
+            labels.setdefault(LABEL_HOSTNAME, n.name)
+            for p in n.bound_pods:
+                placements.append((p, labels))
+        placements.extend(self._bound_elsewhere)
+        for p, labels in placements:
+            for t in p.anti_affinity:
+                self.topology.anti_group(t)
+        for p, labels in placements:
+            for g in self.topology.selecting(p.namespace, p.labels, (p.namespace, tuple(sorted(p.labels.items())))):
+                d = labels.get(g.key)
+                if d is not None:
+                    g.record(d)
+            for t in p.anti_affinity:
+                g = self.topology.anti_group(t)
+                d = labels.get(g.key)
+                if d is not None:
+                    g.record_owner(d)
+
+    def universe(self, key: str) -> set[str]:
+        """Every domain of ``key`` a pod could land in: existing nodes and what NodePools can launch."""
+        u = self._universe_cache.get(key)
+        if u is not None:
+            return u
+        u = set()
+        for n in self.nodes:
+            v = n.domain(key)
+            if v is not None:
+                u.add(v)
+        for ts in self.tstates:
+            r = ts.tpl.requirements.get(key)
+            if key == LABEL_ZONE:
+                u.update(o.zone for it in ts.types for o in it.offerings if o.available and r.has(o.zone))
+            elif key == LABEL_CAPACITY_TYPE:
+                u.update(o.capacity_type for it in ts.types for o in it.offerings if o.available and r.has(o.capacity_type))
+            elif key in ts.label_keys:
+                u.update(it.labels[key] for it in ts.types if key in it.labels and r.has(it.labels[key]))
+            elif not r.complement:
+                u.update(r.values)
+        self._universe_cache[key] = u
+        return u
+
+    # --- the solve -----------------------------------------------------------------
+    def solve(self, pods: Iterable[PodInfo]) -> Results:
+        groups: dict[tuple, list[PodInfo]] = {}
+        order: list[tuple] = []
+        for p in pods:
+            k = p.class_key or class_key(p)
+            lst = groups.get(k)
+            if lst is None:
+                groups[k] = lst = []
+                order.append(k)
+            lst.append(p)
+        classes = [_Class(groups[k], self) for k in order]
+        # register every constraint before counting anything, so each pod is recorded into all groups
+        self._register_existing_topology(classes)
+        # Largest first, as upstream; but pods that each need a node of their own (required
+        # hostname anti-affinity against themselves) go first, so the nodes they force into
+        # existence are there for everything else to pack onto.
+        classes.sort(key=lambda c: (not c.forces_own_node(), -c.rep.requests.get(res.CPU, 0), -c.rep.requests.get(res.MEMORY, 0)))
+
+        placed_existing: dict[str, list[PodInfo]] = {}
+        errors: dict[str, str] = {}
+        failed: list[_Class] = []
+        queue = list(classes)
+        while True:
+            progress = False
+            retry: list[_Class] = []
+            for cls in queue:
+                before = len(cls.pods)
+                reason = self._schedule_class(cls, placed_existing)
+                while cls.pods and reason is not None:
+                    if cls.relax() is None:
+                        break
+                    reason = self._schedule_class(cls, placed_existing)
+                if len(cls.pods) < before:
+                    progress = True
+                if cls.pods:
+                    retry.append(cls)
+                    for p in cls.pods:
+                        errors[p.key] = reason or "no capacity"
+            if not retry or not progress:
+                failed = retry
+                break
+            queue = retry
+        for cls in failed:
+            for p in cls.pods:
+                errors.setdefault(p.key, "no capacity")
+        done = {p.key for c in self.claims for p in c.pods}
+        for pods_ in placed_existing.values():
+            done.update(p.key for p in pods_)
+        errors = {k: v for k, v in errors.items() if k not in done}
+        return Results(
+            new_nodeclaims=[self._finalize(c) for c in self.claims],
+            existing=placed_existing,
+            errors=errors,
+            failed_pods=[p for c in failed for p in c.pods],
+        )
+
+    def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
+        """Place as many of the class's pods as possible; the failure reason if some remain."""
+        # existing nodes first
+        for node in self.nodes:
+            if not cls.pods:
+                return None
+            n, req = self._cap_node(cls, node, len(cls.pods))
+            if n > 0:
+                taken, cls.pods = cls.pods[:n], cls.pods[n:]
+                node.used = node.used + cls.request_vec * n
+                if cls.rep.host_ports:
+                    node.node.host_ports.update(cls.rep.host_ports)
+                self._record(cls, node, n)
+                placed_existing.setdefault(node.node.name, []).extend(taken)
+        # then the NodeClaims this solve opened
+        start = self._cursor.get(cls.req_key, 0)
+        i = start
+        claims = self.claims
+        while cls.pods and i < len(claims):
+            claim = claims[i]
+            n, full = self._try_claim(cls, claim, len(cls.pods))
+            if full and i == start:
+                start += 1
+            i += 1
+        self._cursor[cls.req_key] = start
+        # then new NodeClaims, one NodePool after another in weight order
+        reason = None
+        while cls.pods:
+            ok, reason = self._new_claim(cls)
+            if not ok:
+                return reason
+        return None
+
+    # --- capacity of one node or claim for a class -------------------------------------
+    def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:
+        if tolerates_all(cls.tolerations, node.node.taints) is not None:
+            return 0, None
+        if node.req.compatible(cls.reqs, allow_undefined=frozenset()) is not None:
+            # a registered node has every label it will ever have
+            if not cls.reqs.satisfied_by_labels(node.node.labels):
+                return 0, None
+        if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, node.node.host_ports):
+            return 0, None
+        avail = node.alloc - node.used
+        k = want
+        for j in cls.nz_list:
+            q = int(avail[j]) // int(cls.request_vec[j])
+            if q < k:
+                k = q
+        if k <= 0:
+            return 0, None
+        if cls.rep.host_ports:
+            k = 1
+        if cls.has_topology or cls.inverse():
+            k, narrowed = self._topology_cap(cls, node, k, None)
+            if k <= 0:
+                return 0, None
+        elif self._blocked_by_inverse(cls, node):
+            return 0, None
+        return k, None
+
+    def _try_claim(self, cls: _Class, claim: _Claim, want: int) -> tuple[int, bool]:
+        """Add up to ``want`` pods of the class to the claim; returns (added, claim is full for this size)."""
+        # quick resource test against the largest remaining type, per resource
+        used = claim.used
+        rv = cls.request_vec
+        for j in cls.nz_list:
+            if used[j] + rv[j] > claim.max_alloc[j]:
+                return 0, True
+        n, new_req, new_idx, _ = self._fit_claim(cls, claim, want)
+        if n <= 0:
+            return 0, False
+        self._commit(cls, claim, n, new_req, new_idx)
+        return n, False
+
+    def _fit_claim(self, cls: _Class, claim: _Claim, want: int) -> tuple[int, Requirements | None, np.ndarray | None, str | None]:
+        ts = claim.ts
+        tpl = ts.tpl
+        if tolerates_all(cls.tolerations, tpl.taints) is not None:
+            t = tolerates_all(cls.tolerations, tpl.taints)
+            return 0, None, None, f"did not tolerate taint {t}"
+        if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, claim.host_ports):
+            return 0, None, None, "host port conflict"
+        reqs = cls.reqs
+        if len(reqs):
+            why = claim.req.compatible(reqs, allow_undefined=tpl.well_known_labels)
+            if why is not None:
+                return 0, None, None, f"incompatible requirements, {why}"
+            new_req = claim.req.union(reqs)
+        else:
+            new_req = claim.req
+        k = want
+        if cls.rep.host_ports:
+            k = 1
+        if cls.has_topology or cls.inverse():
+            k, narrowed = self._topology_cap(cls, claim, k, new_req)
+            if k <= 0:
+                return 0, None, None, "would violate topology constraints"
+            if narrowed is not None:
+                new_req = narrowed
+        idx = claim.idx
+        if new_req is not claim.req:
+            mask = ts.label_mask(new_req) & ts.offering_mask(new_req)
+            idx = idx[mask[idx]]
+            if not len(idx):
+                return 0, None, None, "no instance type satisfied the requirements"
+        # how many pods of this size each remaining type can still take
+        nz = cls.nz
+        if len(nz):
+            avail = ts.alloc[idx][:, nz] - claim.used[nz]
+            per_type = (avail // cls.request_vec[nz]).min(axis=1)
+            best = int(per_type.max()) if len(per_type) else 0
+            if best <= 0:
+                return 0, None, None, "no instance type has enough resources"
+            k = min(k, best)
+            idx = idx[per_type >= k]
+        if _has_min_values(new_req):
+            mv = _min_values_short(new_req, ts, idx)
+            if mv is not None and not self.min_values_best_effort:
+                return 0, None, None, mv
+        return k, new_req, idx, None
+
+    def _commit(self, cls: _Class, claim: _Claim, n: int, new_req: Requirements, new_idx: np.ndarray) -> None:
+        taken, cls.pods = cls.pods[:n], cls.pods[n:]
+        claim.pods.extend(taken)
+        claim.used = claim.used + cls.request_vec * n
+        if new_req is not claim.req:
+            claim.req = new_req
+        if len(new_idx) != len(claim.idx):
+            claim.idx = new_idx
+            claim._refresh_max()
+        if cls.rep.host_ports:
+            claim.host_ports.update(cls.rep.host_ports)
+        self._record(cls, claim, n)
+
+    def _new_claim(self, cls: _Class) -> tuple[bool, str | None]:
+        reasons = []
+        for ts in self.tstates:
+            tpl = ts.tpl
+            idx = ts.all_idx
+            rem = self.remaining.get(tpl.nodepool)
+            if rem is not None:
+                within = (ts.capacity <= rem).all(axis=1)
+                idx = idx[within[idx]]
+                if not len(idx):
+                    reasons.append(f'incompatible with nodepool "{tpl.nodepool}", all available instance types exceed limits for nodepool')
+                    continue
+            if not len(idx):
+                reasons.append(f'incompatible with nodepool "{tpl.nodepool}", no instance types are available')
+                continue
+            self._seq += 1
+            claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq)
+            n, new_req, new_idx, why = self._fit_claim(cls, claim, len(cls.pods))
+            if n <= 0:
+                reasons.append(self._incompatible_message(cls, ts, why))
+                continue
+            self._commit(cls, claim, n, new_req, new_idx)
+            self.claims.append(claim)
+            if rem is not None:
+                self.remaining[tpl.nodepool] = rem - ts.capacity[claim.idx].max(axis=0)
+            return True, None
+        if not self.tstates:
+            return False, "no nodepools found"
+        return False, "; ".join(reasons)
+
+    def _incompatible_message(self, cls: _Class, ts: _TemplateState, why: str | None) -> str:
+        tpl = ts.tpl
+        msg = f'incompatible with nodepool "{tpl.nodepool}"'
+        if why and why.startswith("did not tolerate"):
+            return f"{msg}, {why}"
+        if why and why.startswith("incompatible requirements"):
+            return f"{msg}, {why[len('incompatible requirements, '):]}"
+        daemon = {k: v for k, v in tpl.daemon_overhead.items() if v}
+        req = res.add(cls.rep.requests, daemon)
+        return (
+            f"{msg}, daemonset overhead={_fmt_res(daemon)}, {why or 'no instance type fits'}"
+            f" (requests {_fmt_res(req)}, requirements {cls.reqs or '<none>'})"
+        )
+
+    # --- topology -------------------------------------------------------------------
+    def _possible(self, target, key: str, req: Requirements | None) -> list[str]:
+        """Domains of ``key`` the node/claim could still be in, sorted."""
+        d = target.domain(key) if req is None else _domain_of(target, key, req)
+        if d is not None:
+            return [d]
+        r = (req or target.req).get(key)
+        return sorted(x for x in self.universe(key) if r.has(x))
+
+    def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None) -> tuple[int, Requirements | None]:
+        """How many of the class the target can take under topology rules, and the narrowed requirements."""
+        narrowed = req
+        pod_reqs = cls.reqs
+        for g, self_sel, policy in cls.spreads:
+            key = g.key
+            if key == LABEL_HOSTNAME:
+                count = g.counts.get(target.hostname, 0)
+                if self_sel:
+                    k = min(k, g.max_skew - count)
+                elif count > g.max_skew:
+                    k = 0
+                if k <= 0:
+                    return 0, None
+                continue
+            eligible = self.universe(key)
+            pr = pod_reqs.get(key) if policy == "Honor" else None
+            if pr is not None:
+                eligible = [d for d in eligible if pr.has(d)]
+            counts = g.counts
+            if g.min_domains is not None and len(eligible) < g.min_domains:
+                gmin = 0
+            else:
+                gmin = min((counts.get(d, 0) for d in eligible), default=0)
+            options = self._possible(target, key, narrowed)
+            best = None
+            for d in options:
+                if pr is not None and not pr.has(d):
+                    continue
+                c = counts.get(d, 0) + (1 if self_sel else 0)
+                if c - gmin <= g.max_skew and (best is None or c < best[0]):
+                    best = (c, d)
+            if best is None:
+                return 0, None
+            d = best[1]
+            if self_sel:
+                others = min((counts.get(x, 0) for x in eligible if x != d), default=None)
+                if others is not None:
+                    if g.min_domains is not None and len(eligible) < g.min_domains:
+                        others = 0
+                    k = min(k, g.max_skew + others - counts.get(d, 0))
+                    if k <= 0:
+                        return 0, None
+            if len(options) > 1:
+                narrowed = _pin(narrowed if narrowed is not None else target.req, key, d)
+        for g, self_sel in cls.affinities:
+            key = g.key
+            options = self._possible(target, key, narrowed)
+            pr = pod_reqs.get(key)
+            with_pods = [d for d in options if g.counts.get(d, 0) > 0 and pr.has(d)]
+            if not with_pods:
+                bootstrap = self_sel and not any(c > 0 and pr.has(d) for d, c in g.counts.items())
+                if not bootstrap:
+                    return 0, None
+                with_pods = [d for d in options if pr.has(d)]
+                if not with_pods:
+                    return 0, None
+            if len(options) > 1 and key != LABEL_HOSTNAME:
+                narrowed = _pin(narrowed if narrowed is not None else target.req, key, with_pods[0])
+        for g, self_sel in cls.antis:
+            key = g.key
+            options = self._possible(target, key, narrowed)
+            empty = [d for d in options if g.counts.get(d, 0) == 0 and g.owners.get(d, 0) == 0] if self_sel else [
+                d for d in options if g.counts.get(d, 0) == 0
+            ]
+            if not empty:
+                return 0, None
+            if self_sel:
+                k = min(k, 1)
+            if len(options) > 1 and key != LABEL_HOSTNAME:
+                narrowed = _pin(narrowed if narrowed is not None else target.req, key, empty[0])
+        for g in cls.inverse():
+            key = g.key
+            options = self._possible(target, key, narrowed)
+            free = [d for d in options if g.owners.get(d, 0) == 0]
+            if not free:
+                return 0, None
+            if len(free) < len(options):
+                base = narrowed if narrowed is not None else target.req
+                narrowed = base.copy()
+                narrowed.add(Requirement.new(key, NOT_IN, [d for d in options if d not in free]))
+        if req is None:
+            return k, None
+        return k, narrowed
+
+    def _blocked_by_inverse(self, cls: _Class, node: _Node) -> bool:
+        for g in cls.inverse():
+            d = node.domain(g.key)
+            if d is not None and g.owners.get(d, 0) > 0:
+                return True
+        return False
+
+    def _record(self, cls: _Class, target, n: int) -> None:
+        for g in cls.selecting():
+            d = target.domain(g.key)
+            if d is not None:
+                g.record(d, n)
+            elif g.kind == ANTI_AFFINITY:
+                for x in self._possible(target, g.key, None):
+                    g.record(x, n)
+        for g, _ in cls.antis:
+            d = target.domain(g.key)
+            if d is not None:
+                g.record_owner(d, n)
+            else:
+                for x in self._possible(target, g.key, None):
+                    g.record_owner(x, n)
+
+    # --- results --------------------------------------------------------------------
+    def _finalize(self, claim: _Claim) -> NewNodeClaim:
+        ts = claim.ts
+        req = claim.req
+        zr = req.get(LABEL_ZONE)
+        cr = req.get(LABEL_CAPACITY_TYPE)
+
+        def cheapest(it: InstanceType) -> float:
+            prices = [o.price for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)]
+            return min(prices) if prices else float("inf")
+
+        types = sorted((ts.types[int(i)] for i in claim.idx), key=lambda it: (cheapest(it), it.name))
+        types = types[:MAX_INSTANCE_TYPES]
+        final = req.copy()
+        final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
+        requests = {self.rnames[j]: int(v) for j, v in enumerate(claim.used) if v}
+        return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests)
+
+
+def _domain_of(target, key: str, req: Requirements) -> str | None:
+    if key == LABEL_HOSTNAME:
+        return target.hostname
+    if isinstance(target, _Node):
+        return target.node.labels.get(key)
+    r = req._reqs.get(key)
+    if r is not None and not r.complement and len(r.values) == 1:
+        return next(iter(r.values))
+    return None
+
+
+def _pin(req: Requirements, key: str, value: str) -> Requirements:
+    out = req.copy()
+    out.add(Requirement.new(key, IN, [value]))
+    return out
+
+
+def _ports_conflict(a: Iterable[tuple[str, int, str]], b: Iterable[tuple[str, int, str]]) -> bool:
+    for ip, port, proto in a:
+        for ip2, port2, proto2 in b:
+            if port == port2 and proto == proto2 and (ip == ip2 or ip == "0.0.0.0" or ip2 == "0.0.0.0"):
+                return True
+    return False
+
+
+def _has_min_values(req: Requirements) -> bool:
+    return any(r.min_values is not None for r in req)
+
+
+def _min_values_short(req: Requirements, ts: _TemplateState, idx: np.ndarray) -> str | None:
+    """Why the remaining instance types cannot meet a requirement's minValues, if they cannot."""
+    for r in req:
+        if r.min_values is None:
+            continue
+        if r.key == LABEL_INSTANCE_TYPE:
+            values = {ts.types[int(i)].name for i in idx}
+        elif r.key == LABEL_ZONE:
+            values = {o.zone for i in idx for o in ts.types[int(i)].offerings if o.available and r.has(o.zone)}
+        elif r.key == LABEL_CAPACITY_TYPE:
+            values = {o.capacity_type for i in idx for o in ts.types[int(i)].offerings if o.available}
+        else:
+            values = {ts.types[int(i)].labels[r.key] for i in idx if r.key in ts.types[int(i)].labels}
+        values = {v for v in values if r.has(v)}
+        if len(values) < r.min_values:
+            return f"minValues requirement is not met for label(s) ({r.key}: needs {r.min_values}, has {len(values)})"
+    return None
+
+
+def _fmt_res(d: Mapping[str, int]) -> str:
+    return "{" + ", ".join(f'"{k}":"{res.format_units(k, v)}"' for k, v in sorted(d.items())) + "}"

@@ -1,0 +1,90 @@
+"""Topology groups: indexed pod counts per domain for spread and (anti-)affinity.
+
+Every distinct topology constraint in a solve (a spread constraint, a pod
+affinity term or a pod anti-affinity term with the same key, namespaces and
+selector) is one :class:`TopologyGroup` whose ``counts`` map each domain (a
+zone, a hostname, ...) to the number of matching pods there. Pods are recorded
+once, when they are placed, into every group that selects them, so checking a
+constraint is a dictionary look-up rather than a scan of the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .pods import AffinityTerm, LabelSelector, SpreadConstraint
+
+SPREAD = "spread"
+AFFINITY = "affinity"
+ANTI_AFFINITY = "anti-affinity"
+
+
+class TopologyGroup:
+    __slots__ = ("kind", "key", "namespaces", "selector", "max_skew", "min_domains", "counts", "owners", "total", "ident")
+
+    def __init__(self, kind: str, key: str, namespaces: frozenset[str] | None, selector: LabelSelector,
+                 max_skew: int = 0, min_domains: int | None = None):
+        self.kind = kind
+        self.key = key
+        self.namespaces = namespaces
+        self.selector = selector
+        self.max_skew = max_skew
+        self.min_domains = min_domains
+        self.counts: dict[str, int] = {}
+        # For anti-affinity: domains holding pods that carry this term (they repel pods the selector matches).
+        self.owners: dict[str, int] = {}
+        self.total = 0
+        self.ident = (kind, key, namespaces, selector.sig, max_skew, min_domains)
+
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        return self.selector.matches(labels)
+
+    def record(self, domain: str, n: int = 1) -> None:
+        self.counts[domain] = self.counts.get(domain, 0) + n
+        self.total += n
+
+    def record_owner(self, domain: str, n: int = 1) -> None:
+        self.owners[domain] = self.owners.get(domain, 0) + n
+
+    def describe(self) -> str:
+        if self.kind == SPREAD:
+            return f"topology spread on {self.key} (maxSkew {self.max_skew}, selector {self.selector})"
+        return f"pod {self.kind} on {self.key} (selector {self.selector})"
+
+
+class Topology:
+    """The registry of topology groups for one solve."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple, TopologyGroup] = {}
+        self._selecting_cache: dict[tuple, list[TopologyGroup]] = {}
+
+    def _get(self, group: TopologyGroup) -> TopologyGroup:
+        existing = self.groups.get(group.ident)
+        if existing is None:
+            self.groups[group.ident] = group
+            self._selecting_cache.clear()
+            return group
+        return existing
+
+    def spread_group(self, namespace: str, c: SpreadConstraint) -> TopologyGroup:
+        return self._get(TopologyGroup(SPREAD, c.topology_key, frozenset((namespace,)), c.selector, c.max_skew, c.min_domains))
+
+    def affinity_group(self, term: AffinityTerm) -> TopologyGroup:
+        return self._get(TopologyGroup(AFFINITY, term.topology_key, term.namespaces, term.selector))
+
+    def anti_group(self, term: AffinityTerm) -> TopologyGroup:
+        return self._get(TopologyGroup(ANTI_AFFINITY, term.topology_key, term.namespaces, term.selector))
+
+    def selecting(self, namespace: str, labels: Mapping[str, str], cache_key: tuple | None = None) -> list[TopologyGroup]:
+        """Every group whose selector matches a pod with these labels."""
+        if cache_key is not None:
+            hit = self._selecting_cache.get(cache_key)
+            if hit is not None:
+                return hit
+        out = [g for g in self.groups.values() if g.selects(namespace, labels)]
+        if cache_key is not None:
+            self._selecting_cache[cache_key] = out
+        return out
