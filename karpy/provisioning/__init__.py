@@ -1,0 +1,1 @@
+"""Provisioning: turning pending pods into NodeClaims (templates, batching inputs, launch choice)."""
