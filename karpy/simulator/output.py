@@ -13,6 +13,11 @@ from ..cloudprovider.types import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABE
 from .sim import PRICE_ANNOTATION, PRICE_ESTIMATED_ANNOTATION, ClaimRec, Simulation, fmt_time
 
 
+def _gib(b: int) -> str:
+    g = b / 2**30
+    return f"{g:.0f}Gi" if abs(g - round(g)) < 0.05 else f"{g:.1f}Gi"
+
+
 def _price(x: float) -> str:
     return f"{x:.4f}"
 
@@ -251,7 +256,7 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             c.name, c.nodepool, it.name if it else "-", c.offering.capacity_type if c.offering else "-",
             c.offering.zone if c.offering else "-", it.labels.get("kubernetes.io/arch", "-") if it else "-",
             res.format_units(res.CPU, it.capacity.get(res.CPU, 0)) if it else "-",
-            res.format_units(res.MEMORY, it.capacity.get(res.MEMORY, 0)) if it else "-",
+            _gib(it.capacity.get(res.MEMORY, 0)) if it else "-",
             price, str(pods_on.get(c.node, 0)) if c.node else "0", state,
         )
     console.print(t)
