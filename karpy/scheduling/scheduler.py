@@ -106,6 +106,7 @@ class ExistingNode:
     nodepool: str | None = None
     bound_pods: list[PodInfo] = field(default_factory=list)  # for topology counts
     schedulable: bool = True  # False: cordoned or being deleted
+    initialized: bool = True  # False: a NodeClaim still launching or registering
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -361,8 +362,10 @@ class Scheduler:
         self.remaining = {
             t.nodepool: (None if t.remaining is None else self.vector_signed(t.remaining)) for t in self.templates
         }
+        # initialized nodes first, then by name, as upstream orders them
         self.nodes = [
-            _Node(n, self.vector(n.allocatable), self.vector(n.requested)) for n in existing if n.schedulable
+            _Node(n, self.vector(n.allocatable), self.vector(n.requested))
+            for n in sorted(existing, key=lambda n: (not n.initialized, n.name)) if n.schedulable
         ]
         self._existing_input = list(existing)
         self._bound_elsewhere = list(bound_pods_elsewhere)

@@ -500,7 +500,7 @@ class Simulation:
         return ExistingNode(
             name=n.name, labels=labels, taints=tuple(taints), allocatable=n.allocatable, requested=requested,
             host_ports=ports, nodepool=n.labels.get(LABEL_NODEPOOL), bound_pods=[p.info for p in pods] + [p.info for p in nominated],
-            schedulable=not n.unschedulable,
+            schedulable=not n.unschedulable, initialized=n.ready,
         )
 
     def _kube_scheduler(self) -> bool:
@@ -703,7 +703,7 @@ class Simulation:
             existing.append(ExistingNode(
                 name=c.name, labels=labels, taints=c.template.taints, allocatable=c.instance_type.allocatable,
                 requested=res.add(c.template.daemon_overhead, res.total(p.info.requests for p in noms)),
-                nodepool=c.nodepool, bound_pods=[p.info for p in noms],
+                nodepool=c.nodepool, bound_pods=[p.info for p in noms], initialized=False,
             ))
         return existing, []
 
