@@ -166,6 +166,25 @@ class _TemplateState:
                 daemon[j] = v
         self.daemon = daemon
         self.all_idx = np.arange(n, dtype=np.int64)
+        order = sorted(range(n), key=lambda i: self.types[i].name)
+        self.name_rank = np.empty(n, dtype=np.int64)
+        self.name_rank[order] = np.arange(n, dtype=np.int64)
+        self._prices: dict[tuple, np.ndarray] = {}
+
+    def prices(self, reqs: Requirements) -> np.ndarray:
+        """Per type, the cheapest available offering the zone and capacity-type requirements allow (inf if none)."""
+        zr = reqs.get(LABEL_ZONE)
+        cr = reqs.get(LABEL_CAPACITY_TYPE)
+        sig = (zr.signature(), cr.signature())
+        p = self._prices.get(sig)
+        if p is None:
+            p = np.array(
+                [min((o.price for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)),
+                     default=np.inf) for it in self.types],
+                dtype=float,
+            )
+            self._prices[sig] = p
+        return p
 
     def label_mask(self, reqs: Requirements) -> np.ndarray:
         """Types whose labels satisfy the type-level keys of ``reqs``."""
@@ -201,7 +220,7 @@ class _TemplateState:
 class _Claim:
     """A NodeClaim being built by this solve."""
 
-    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq")
+    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed")
 
     def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int):
         self.ts = ts
@@ -212,6 +231,7 @@ class _Claim:
         self.pods: list[PodInfo] = []
         self.host_ports: set = set()
         self.seq = seq
+        self.placed: list[tuple["_Class", int]] = []
         self._refresh_max()
 
     def _refresh_max(self) -> None:
@@ -281,6 +301,17 @@ class _Class:
         self.has_topology = bool(self.spreads or self.affinities or self.antis)
         self._selecting: list[TopologyGroup] | None = None
         self._inverse: list[TopologyGroup] | None = None
+        self._bound: bool | None = None
+
+    def topology_bound(self) -> bool:
+        """Must topology be consulted to place these pods (their own terms, or others' that count them)?"""
+        if self._bound is None:
+            self._bound = bool(
+                self.has_topology
+                or self.inverse()
+                or any(g.kind == SPREAD and g.key != LABEL_HOSTNAME for g in self.selecting())
+            )
+        return self._bound
 
     def forces_own_node(self) -> bool:
         return any(g.key == LABEL_HOSTNAME and self_sel for g, self_sel in self.antis)
@@ -342,11 +373,13 @@ class Scheduler:
         respect_preferences: bool = True,
         hostname_prefix: str = "hostname-placeholder",
         min_values_best_effort: bool = False,
+        refine: bool = True,
     ):
         self.templates = sorted(templates, key=lambda t: (-t.weight, t.nodepool))
         self.respect_preferences = respect_preferences
         self.hostname_prefix = hostname_prefix
         self.min_values_best_effort = min_values_best_effort
+        self.refine = refine
         self.topology = Topology()
         names: set[str] = {res.CPU, res.MEMORY, res.PODS}
         for t in self.templates:
@@ -373,6 +406,8 @@ class Scheduler:
         self._cursor: dict[tuple, int] = {}
         self._seq = 0
         self._universe_cache: dict[str, set[str]] = {}
+        self._keys_cache: set[str] | None = None
+        self._keys_seen: dict = {}
 
     # --- vectors -------------------------------------------------------------------
     def vector(self, d: Mapping[str, int]) -> np.ndarray:
@@ -509,6 +544,8 @@ class Scheduler:
         for cls in failed:
             for p in cls.pods:
                 errors.setdefault(p.key, "no capacity")
+        if self.refine:
+            self._refine()
         done = {p.key for c in self.claims for p in c.pods}
         for pods_ in placed_existing.values():
             done.update(p.key for p in pods_)
@@ -573,7 +610,7 @@ class Scheduler:
             return 0, None
         if cls.rep.host_ports:
             k = 1
-        if cls.has_topology or cls.inverse():
+        if cls.topology_bound():
             k, narrowed = self._topology_cap(cls, node, k, None)
             if k <= 0:
                 return 0, None
@@ -614,7 +651,7 @@ class Scheduler:
         k = want
         if cls.rep.host_ports:
             k = 1
-        if cls.has_topology or cls.inverse():
+        if cls.topology_bound():
             k, narrowed = self._topology_cap(cls, claim, k, new_req)
             if k <= 0:
                 return 0, None, None, "would violate topology constraints"
@@ -647,13 +684,45 @@ class Scheduler:
         claim.pods.extend(taken)
         claim.used = claim.used + cls.request_vec * n
         if new_req is not claim.req:
+            old_req = claim.req
             claim.req = new_req
+            if claim.placed:
+                self._catch_up(claim, old_req)
         if len(new_idx) != len(claim.idx):
             claim.idx = new_idx
             claim._refresh_max()
         if cls.rep.host_ports:
             claim.host_ports.update(cls.rep.host_ports)
         self._record(cls, claim, n)
+        claim.placed.append((cls, n))
+
+    def _catch_up(self, claim: _Claim, old_req: Requirements) -> None:
+        """A claim's domain for some key just became known: count the pods it already holds there.
+
+        Upstream only counts a pod in a domain once its NodeClaim is known to be in it, and
+        never revisits; counting them when the domain is fixed keeps later spread decisions
+        honest (kube-scheduler will count them when it binds).
+        """
+        keys = self._group_keys()
+        for key in keys:
+            r_old = old_req._reqs.get(key)
+            if r_old is not None and not r_old.complement and len(r_old.values) == 1:
+                continue
+            d = claim.domain(key)
+            if d is None:
+                continue
+            for cls, n in claim.placed:
+                for g in cls.selecting():
+                    if g.key == key and g.kind != ANTI_AFFINITY:
+                        g.record(d, n)
+
+    def _group_keys(self) -> set[str]:
+        keys = self._keys_cache
+        if keys is None or len(self._keys_seen) != len(self.topology.groups):
+            keys = {g.key for g in self.topology.groups.values()} - {LABEL_HOSTNAME}
+            self._keys_cache = keys
+            self._keys_seen = dict(self.topology.groups)
+        return keys
 
     def _new_claim(self, cls: _Class) -> tuple[bool, str | None]:
         reasons = []
@@ -779,6 +848,16 @@ class Scheduler:
                 k = min(k, 1)
             if len(options) > 1 and key != LABEL_HOSTNAME:
                 narrowed = _pin(narrowed if narrowed is not None else target.req, key, empty[0])
+        # Pods that other pods' zone spreads count must land in a known domain, or the
+        # spread would be judged on counts that miss them: pin the claim to the domain
+        # where they keep that spread most even.
+        for g in cls.selecting():
+            if g.kind != SPREAD or g.key == LABEL_HOSTNAME:
+                continue
+            options = self._possible(target, g.key, narrowed)
+            if len(options) > 1:
+                d = min(options, key=lambda x: (g.counts.get(x, 0), x))
+                narrowed = _pin(narrowed if narrowed is not None else target.req, g.key, d)
         for g in cls.inverse():
             key = g.key
             options = self._possible(target, key, narrowed)
@@ -816,22 +895,93 @@ class Scheduler:
                 for x in self._possible(target, g.key, None):
                     g.record_owner(x, n)
 
+    # --- cost refinement ----------------------------------------------------------------
+    REFINE_UTILIZATION = 0.8  # claims fuller than this on their cheapest type are left alone
+    REFINE_CAPS = 6  # price caps tried per claim
+
+    def _refine(self) -> None:
+        """Split under-used NodeClaims into cheaper smaller ones where that costs less.
+
+        Growing a NodeClaim until its largest type is full, as upstream does, leaves the
+        last claim of a batch partly empty on a large type; upstream pays for it until
+        consolidation replaces it. Here, a claim whose pods carry no topology or host-port
+        constraints (and are counted by no topology group) and that uses under 80% of its
+        cheapest type is re-packed on its own with the instance types capped below a few
+        price levels; the cheapest packing that beats the single claim replaces it.
+        """
+        out: list[_Claim] = []
+        for claim in self.claims:
+            better = self._split(claim)
+            if better is None:
+                out.append(claim)
+            else:
+                out.extend(better)
+        self.claims = out
+
+    def _split(self, claim: _Claim) -> list[_Claim] | None:
+        if len(claim.pods) < 2:
+            return None
+        for cls, _ in claim.placed:
+            if cls.has_topology or cls.rep.host_ports or cls.selecting():
+                return None
+        ts = claim.ts
+        prices = ts.prices(claim.req)
+        idx = claim.idx
+        cheapest = int(idx[np.argmin(prices[idx])])
+        current = float(prices[cheapest])
+        if not np.isfinite(current):
+            return None
+        alloc = ts.alloc[cheapest]
+        used = claim.used
+        util = max(float(used[j]) / float(alloc[j]) for j in (self.rindex[res.CPU], self.rindex[res.MEMORY]) if alloc[j] > 0)
+        if util > self.REFINE_UTILIZATION:
+            return None
+        allowed = prices[ts.all_idx]
+        caps = sorted({float(x) for x in allowed if np.isfinite(x) and x < current}, reverse=True)
+        if not caps:
+            return None
+        step = max(1, len(caps) // self.REFINE_CAPS)
+        tried = caps[::step][: self.REFINE_CAPS]
+        tpl = ts.tpl
+        best: tuple[float, list[_Claim]] | None = None
+        for cap in tried:
+            types = [ts.types[i] for i in range(len(ts.types)) if prices[i] <= cap]
+            sub_tpl = NodeClaimTemplate(
+                tpl.nodepool, tpl.weight, claim.req, tpl.taints, tpl.startup_taints, tpl.labels, types,
+                tpl.daemon_overhead, None, tpl.well_known_labels, tpl.nodeclass,
+            )
+            sub = Scheduler([sub_tpl], hostname_prefix=f"{claim.hostname}-", refine=False)
+            r = sub.solve(claim.pods)
+            if r.errors or len(sub.claims) < 2:
+                continue
+            total = 0.0
+            for c in sub.claims:
+                p = c.ts.prices(c.req)[c.idx]
+                total += float(p.min())
+            if total < current - 1e-9 and (best is None or total < best[0] - 1e-9):
+                best = (total, sub.claims)
+        if best is None:
+            return None
+        rem = self.remaining.get(tpl.nodepool)
+        if rem is not None:
+            before = ts.capacity[claim.idx].max(axis=0)
+            after = sum(c.ts.capacity[c.idx].max(axis=0) for c in best[1])
+            if ((after - before) > rem).any():
+                return None
+            self.remaining[tpl.nodepool] = rem - (after - before)
+        return best[1]
+
     # --- results --------------------------------------------------------------------
     def _finalize(self, claim: _Claim) -> NewNodeClaim:
         ts = claim.ts
         req = claim.req
-        zr = req.get(LABEL_ZONE)
-        cr = req.get(LABEL_CAPACITY_TYPE)
-
-        def cheapest(it: InstanceType) -> float:
-            prices = [o.price for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)]
-            return min(prices) if prices else float("inf")
-
-        types = sorted((ts.types[int(i)] for i in claim.idx), key=lambda it: (cheapest(it), it.name))
-        types = types[:MAX_INSTANCE_TYPES]
+        idx = claim.idx
+        prices = ts.prices(req)[idx]
+        order = np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]
+        types = [ts.types[int(idx[i])] for i in order]
         final = req.copy()
         final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
-        requests = {self.rnames[j]: int(v) for j, v in enumerate(claim.used) if v}
+        requests = {self.rnames[j]: v for j, v in enumerate(claim.used.tolist()) if v}
         return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests)
 
 
