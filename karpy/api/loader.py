@@ -1,0 +1,429 @@
+"""Load manifests from files, directories and standard input, validate and default them.
+
+``load_documents(paths)`` never raises for bad input: every problem becomes a
+:class:`karpy.errors.FieldError` naming the file, the document (index and
+``kind/name``) and the field, and the documents that are fine are returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import yaml
+
+from ..errors import FieldError, InputError
+from .kinds import BY_KIND, Validated, validate_manifest
+
+STDIN_NAME = "<stdin>"
+YAML_SUFFIXES = (".yaml", ".yml")
+
+# Fewer values than this per document, after YAML aliases are expanded (guards against "billion laughs").
+MAX_VALUES_PER_DOCUMENT = 2_000_000
+
+
+@dataclass
+class Document:
+    """One validated object, with upstream defaults applied (as the API server would return it)."""
+
+    file: str
+    index: int  # position of the document in its file, from 0
+    kind: str
+    api_version: str
+    name: str
+    namespace: str | None  # "default" when a namespaced object names none; None for cluster-scoped kinds
+    obj: dict
+
+    @property
+    def key(self) -> tuple[str, str | None, str]:
+        return (self.kind, self.namespace, self.name)
+
+    def __repr__(self) -> str:  # keep test output readable
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"Document({self.file}#{self.index} {self.api_version} {self.kind} {ns}{self.name})"
+
+
+@dataclass
+class LoadResult:
+    documents: list[Document] = field(default_factory=list)
+    errors: list[FieldError] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise InputError(self.errors)
+
+    def of_kind(self, kind: str) -> list[Document]:
+        return [d for d in self.documents if d.kind == kind]
+
+    @property
+    def scenario(self) -> Document | None:
+        s = self.of_kind("Scenario")
+        return s[0] if s else None
+
+
+# --- YAML ---------------------------------------------------------------------
+
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """SafeLoader that keeps timestamps as strings and rejects duplicate keys (as kubectl does)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                k = key_node.value
+                if k in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f'mapping key "{k}" already defined at line {seen[k] + 1}',
+                        key_node.start_mark,
+                    )
+                seen[k] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for ch, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _BadValue(Exception):
+    def __init__(self, path: str, message: str):
+        self.path = path
+        self.message = message
+
+
+def _key_str(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    if k is None:
+        return "null"
+    return str(k)
+
+
+def _to_json(v: Any, budget: list[int]) -> Any:
+    """A fresh JSON-shaped copy of a YAML value (aliases expanded, keys as strings)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig()
+    if isinstance(v, dict):
+        return {k if isinstance(k, str) else _key_str(k): _to_json(x, budget) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_to_json(x, budget) for x in v]
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise _BadValue("", f"Invalid value: {v!r}: NaN and infinite numbers are not supported")
+        return v
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, (set, frozenset)):
+        return {_key_str(k): None for k in v}
+    return str(v)
+
+
+def _non_finite_path(v: Any, path: str = "") -> str | None:
+    """Where a NaN or infinity hides in a YAML value (only called after one was found)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return path
+    if isinstance(v, dict):
+        for k, x in v.items():
+            ks = _key_str(k)
+            found = _non_finite_path(x, f"{path}.{ks}" if path else ks)
+            if found is not None:
+                return found
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            found = _non_finite_path(x, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _yaml_error(file: str, index: int, e: Exception) -> FieldError:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None)
+    msg = f"invalid YAML{where}: {problem}"
+    if context and context not in problem:
+        msg += f" ({context})"
+    return FieldError(file, index, None, None, "", msg)
+
+
+def _parse(text: str, file: str, errors: list[FieldError]) -> Iterator[tuple[int, Any]]:
+    """Yield (index, value) for each YAML document; a syntax error ends the file."""
+    i = 0
+    try:
+        for data in yaml.load_all(text, Loader=_Loader):
+            yield i, data
+            i += 1
+    except yaml.YAMLError as e:
+        errors.append(_yaml_error(file, i, e))
+    except RecursionError:
+        errors.append(FieldError(file, i, None, None, "", "invalid YAML: the document is nested too deeply"))
+    except Exception as e:  # noqa: BLE001 - the YAML library must not crash karpy either
+        errors.append(FieldError(file, i, None, None, "", f"invalid YAML: {e}"))
+
+
+# --- files ----------------------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        data = f.read()
+    return data.decode("utf-8-sig")
+
+
+def _sources(paths: list[str], stdin_text: str | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+    for path in paths:
+        if path == "-":
+            if stdin_text is None:
+                try:
+                    stdin_text = sys.stdin.read()
+                except (OSError, UnicodeDecodeError) as e:
+                    errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
+                    continue
+            yield STDIN_NAME, stdin_text
+            continue
+        if os.path.isdir(path):
+            try:
+                entries = sorted(os.listdir(path))
+            except OSError as e:
+                errors.append(FieldError(path, None, None, None, "", f"cannot read directory: {e.strerror or e}"))
+                continue
+            files = [
+                os.path.join(path, n)
+                for n in entries
+                if n.endswith(YAML_SUFFIXES) and os.path.isfile(os.path.join(path, n))
+            ]
+            if not files:
+                errors.append(FieldError(path, None, None, None, "", "no *.yaml or *.yml files in this directory"))
+            for f in files:
+                yield from _read_file(f, errors)
+            continue
+        yield from _read_file(path, errors)
+
+
+def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+    try:
+        text = _read(path)
+    except FileNotFoundError:
+        errors.append(FieldError(path, None, None, None, "", "no such file or directory"))
+        return
+    except UnicodeDecodeError:
+        errors.append(FieldError(path, None, None, None, "", "not a UTF-8 text file"))
+        return
+    except OSError as e:
+        errors.append(FieldError(path, None, None, None, "", f"cannot read file: {e.strerror or e}"))
+        return
+    yield path, text
+
+
+# --- documents ------------------------------------------------------------------
+
+
+def _field_errors(file: str, index: int, v: Validated) -> list[FieldError]:
+    return [FieldError(file, index, v.kind, v.name, f, m) for f, m in v.errors]
+
+
+def _document(file: str, index: int, v: Validated) -> Document:
+    return Document(
+        file=file,
+        index=index,
+        kind=v.kind or "",
+        api_version=v.api_version or "",
+        name=v.name or "",
+        namespace=v.namespace,
+        obj=v.obj,
+    )
+
+
+def _is_list(raw: Any) -> bool:
+    return (
+        isinstance(raw, dict)
+        and isinstance(raw.get("kind"), str)
+        and raw["kind"].endswith("List")
+        and raw["kind"] not in BY_KIND
+        and "items" in raw
+    )
+
+
+def _kind_name(raw: Any) -> tuple[str | None, str | None]:
+    if not isinstance(raw, dict):
+        return None, None
+    kind = raw.get("kind") if isinstance(raw.get("kind"), str) else None
+    meta = raw.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else None
+    return kind, name
+
+
+def _scenario_name(raw: Any) -> str | None:
+    """The name of a raw Scenario document ("" when unnamed), or None if it is not one."""
+    if isinstance(raw, dict) and raw.get("kind") == "Scenario":
+        meta = raw.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        return name if isinstance(name, str) else ""
+    return None
+
+
+def _load_one(file: str, index: int, raw: Any, result: LoadResult) -> None:
+    budget = [MAX_VALUES_PER_DOCUMENT]
+    try:
+        data = _to_json(raw, budget)
+    except _TooBig:
+        result.errors.append(FieldError(file, index, None, None, "", "the document is too large (YAML aliases expand too much)"))
+        return
+    except _BadValue as e:
+        kind, name = _kind_name(raw)
+        try:
+            where = _non_finite_path(raw) or ""
+        except RecursionError:
+            where = ""
+        result.errors.append(FieldError(file, index, kind, name, where, e.message))
+        return
+    except RecursionError:
+        result.errors.append(FieldError(file, index, None, None, "", "the document is nested too deeply"))
+        return
+    if _is_list(data):
+        items = data["items"]
+        if not isinstance(items, list):
+            result.errors.append(FieldError(file, index, data["kind"], None, "items", "Invalid value: must be a list"))
+            return
+        for j, item in enumerate(items):
+            _validate_into(file, index, item, result, prefix=f"items[{j}]", seed=f"{file}#{index}[{j}]")
+        return
+    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
+
+
+def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str) -> None:
+    try:
+        v = validate_manifest(data, prefix=prefix, seed=seed)
+    except RecursionError:
+        result.errors.append(FieldError(file, index, None, None, prefix, "the document is nested too deeply"))
+        return
+    except Exception as e:  # noqa: BLE001 - a validator bug must not become a traceback
+        kind, name = _kind_name(data)
+        result.errors.append(
+            FieldError(file, index, kind, name, prefix, f"internal error while validating this document: {type(e).__name__}: {e}")
+        )
+        return
+    if v.errors:
+        result.errors.extend(_field_errors(file, index, v))
+        return
+    result.documents.append(_document(file, index, v))
+
+
+def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, int, str]]) -> None:
+    first = scenarios_seen[0] if scenarios_seen else None
+    for file, index, name in scenarios_seen[1:]:
+        assert first is not None
+        result.errors.append(
+            FieldError(
+                file,
+                index,
+                "Scenario",
+                name,
+                "",
+                f"Forbidden: at most one Scenario is allowed; Scenario/{first[2]} is defined in {first[0]} "
+                f"document {first[1]}",
+            )
+        )
+    scenarios = result.of_kind("Scenario")
+    defaults = [d for d in result.of_kind("PriorityClass") if d.obj.get("globalDefault") is True]
+    for d in defaults[1:]:
+        result.errors.append(
+            FieldError(
+                d.file,
+                d.index,
+                d.kind,
+                d.name,
+                "globalDefault",
+                f"Forbidden: PriorityClass {defaults[0].name} is already marked as default. Only one default can exist",
+            )
+        )
+    extra_scenarios = [d for d in scenarios if first is not None and (d.file, d.index) != first[:2]]
+    if extra_scenarios or len(defaults) > 1:
+        bad = {id(d.obj) for d in extra_scenarios + defaults[1:]}
+        result.documents = [d for d in result.documents if id(d.obj) not in bad]
+
+
+def load_documents(paths: list[str], stdin_text: str | None = None) -> LoadResult:
+    """Load, validate and default every manifest in ``paths`` (files, directories, or "-" for stdin).
+
+    Collects every error across every document; documents without errors are
+    returned in input order (files in the given order, a directory's files
+    sorted by name, documents in file order).
+    """
+    result = LoadResult()
+    scenarios: list[tuple[str, int, str]] = []
+    for file, text in _sources(list(paths), stdin_text, result.errors):
+        _load_text_into(text, file, result, scenarios)
+    _cross_document_checks(result, scenarios)
+    return result
+
+
+def _load_text_into(text: str, file: str, result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
+    for index, raw in _parse(text, file, result.errors):
+        if raw is None:
+            continue
+        sname = _scenario_name(raw)
+        if sname is not None:
+            scenarios.append((file, index, sname))
+        _load_one(file, index, raw, result)
+
+
+def load_text(text: str, file: str = STDIN_NAME) -> LoadResult:
+    """Load manifests from a string (tests, the Scenario ``apply`` of a patch, ...)."""
+    result = LoadResult()
+    scenarios: list[tuple[str, int, str]] = []
+    _load_text_into(text, file, result, scenarios)
+    _cross_document_checks(result, scenarios)
+    return result
+
+
+def validate_object(
+    obj: Any, *, file: str = "<object>", index: int = 0, old: Any = None
+) -> tuple[Document | None, list[FieldError]]:
+    """Validate and default one in-memory manifest (e.g. after a Scenario ``patch``).
+
+    Works on a JSON-shaped copy; returns the Document, or None and the errors.
+    With ``old`` (the object being replaced), the CRDs' transition rules apply
+    too (static/dynamic NodePool, immutable nodeClassRef group and kind,
+    immutable NodeClaim spec).
+    """
+    result = LoadResult()
+    _load_one(file, index, obj, result)
+    if not result.errors and result.documents and old is not None:
+        from .nodepool import transition_errors
+
+        d = result.documents[0]
+        for f, m in transition_errors(d.kind, old, d.obj):
+            result.errors.append(FieldError(file, index, d.kind, d.name, f, m))
+    if result.errors:
+        return None, result.errors
+    return (result.documents[0] if result.documents else None), []

@@ -1,0 +1,480 @@
+"""karpenter.sh/v1 NodePool and NodeClaim: the v1 CRDs' schema, defaults and CEL rules.
+
+Everything the CRDs say is checked: types, enums, patterns, bounds, maxItems,
+required fields and every ``x-kubernetes-validations`` rule except the
+transition rules (``oldSelf``), which need a previous object. The provider
+named by ``nodeClassRef.group`` adds the label-domain rules its own copy of the
+NodePool CRD carries (see :mod:`karpy.api.labels`).
+
+Karpenter's runtime validation (what makes a NodePool not Ready upstream:
+restricted labels outside the CRD rules, requirement values that are not label
+values, capacity-type values none of which is known, duplicate taints) is
+reported as errors too, because a NodePool that can never be Ready makes a
+simulation meaningless.
+
+Defaults (from the CRD): ``spec.disruption`` = ``{consolidateAfter: 0s}``,
+``disruption.consolidationPolicy`` = WhenEmptyOrUnderutilized,
+``disruption.budgets`` = ``[{nodes: "10%"}]``, each budget's ``nodes`` =
+"10%", ``template.spec.expireAfter`` = 720h (NodeClaim ``spec.expireAfter``
+too).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from croniter import croniter
+
+from . import labels as L
+from . import names
+from .meta import object_meta
+from .schema import (
+    Ctx,
+    Node,
+    arr,
+    as_list,
+    child,
+    fmt_value,
+    get,
+    hkey,
+    index,
+    int32,
+    int64,
+    integer,
+    mapping,
+    not_supported,
+    obj,
+    opaque_obj,
+    quantity_map,
+    string,
+    string_map,
+)
+
+DURATION_OR_NEVER = r"^(([0-9]+(s|m|h))+|Never)$"
+DURATION = r"^([0-9]+(s|m|h))+$"
+BUDGET_DURATION = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"
+BUDGET_NODES = r"^((100|[0-9]{1,2})%|[0-9]+)$"
+SCHEDULE = r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"
+QUALIFIED_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+)
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_QUALIFIED_KEY = re.compile(QUALIFIED_KEY)
+_SCHEDULE = re.compile(SCHEDULE)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
+NUMERIC_OPERATORS = ("Gt", "Lt", "Gte", "Lte")
+CONSOLIDATION_POLICIES = ("WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced")
+DISRUPTION_REASONS = ("Underutilized", "Empty", "Drifted")
+CRON_DESCRIPTORS = ("@annually", "@yearly", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+DEFAULT_EXPIRE_AFTER = "720h"
+DEFAULT_BUDGET_NODES = "10%"
+
+
+# --- CEL rules, in Python -----------------------------------------------------
+
+
+def _values(req: dict) -> list:
+    v = req.get("values")
+    return v if isinstance(v, list) else []
+
+
+def _cel_int(s: Any) -> int:
+    """CEL's int(string): an optionally signed decimal integer, else an evaluation error."""
+    if not isinstance(s, str):
+        raise ValueError(s)
+    t = s[1:] if s[:1] in "+-" else s
+    if not t.isdigit() or not t.isascii():
+        raise ValueError(s)
+    return int(s)
+
+
+def _numeric_ok(x: dict) -> bool:
+    vals = _values(x)
+    if len(vals) != 1:
+        return False
+    try:
+        return _cel_int(vals[0]) >= 0
+    except ValueError:
+        return False
+
+
+# self.all(x, P(x)) rules of the requirements list; reported at the failing item
+REQUIREMENTS_RULES = (
+    (
+        lambda x: x.get("operator") != "In" or len(_values(x)) != 0,
+        "requirements with operator 'In' must have a value defined",
+    ),
+    (
+        lambda x: x.get("operator") not in NUMERIC_OPERATORS or _numeric_ok(x),
+        "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
+    ),
+    (
+        lambda x: not (x.get("operator") == "In" and isinstance(x.get("minValues"), int))
+        or len(_values(x)) >= x["minValues"],
+        "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+    ),
+)
+
+_KARPENTER_DOMAIN_MSG = 'label domain "karpenter.sh" is restricted'
+_NODEPOOL_LABEL_MSG = 'label "karpenter.sh/nodepool" is restricted'
+_HOSTNAME_LABEL_MSG = 'label "kubernetes.io/hostname" is restricted'
+
+NODEPOOL_KEY_RULES = (
+    (lambda k: not L.karpenter_domain_restricted(k), _KARPENTER_DOMAIN_MSG),
+    (lambda k: k != L.LABEL_NODEPOOL, _NODEPOOL_LABEL_MSG),
+    (lambda k: k != L.LABEL_HOSTNAME, _HOSTNAME_LABEL_MSG),
+)
+NODECLAIM_KEY_RULES = (NODEPOOL_KEY_RULES[0], NODEPOOL_KEY_RULES[2])
+
+
+def _budget_rule(budget: dict) -> bool:
+    return ("schedule" in budget) == ("duration" in budget)
+
+
+def _static_limits_rule(spec: dict) -> bool:
+    if "replicas" not in spec:
+        return True
+    limits = spec.get("limits")
+    return not limits or (isinstance(limits, dict) and list(limits) == ["nodes"])
+
+
+def _static_weight_rule(spec: dict) -> bool:
+    return "replicas" not in spec or "weight" not in spec
+
+
+def _not_empty(v: Any) -> bool:
+    return v != ""
+
+
+# --- checks that need the provider or span fields -----------------------------
+
+
+def _provider(ctx: Ctx) -> L.ProviderLabels | None:
+    return ctx.data.get("provider")
+
+
+def _crd_provider_violations(key: str, prov: L.ProviderLabels | None) -> list[str]:
+    if prov is None:
+        return []
+    out = [f'label domain "{r.domain}" is restricted' for r in prov.crd_domain_rules if L.crd_domain_violation(key, r)]
+    out.extend(f'label "{k}" is restricted' for k in prov.crd_restricted_keys if key == k)
+    return out
+
+
+def _core_crd_violation(key: str, nodepool: bool) -> bool:
+    if L.karpenter_domain_restricted(key) or key == L.LABEL_HOSTNAME:
+        return True
+    return nodepool and key == L.LABEL_NODEPOOL
+
+
+def _check_template_labels(labels: dict, path: str, ctx: Ctx) -> None:
+    prov = _provider(ctx)
+    for key, value in labels.items():
+        crd_msgs = _crd_provider_violations(key, prov)
+        for msg in crd_msgs:
+            ctx.err(child(path, key), f"Invalid value: {_q(key)}: {msg}")
+        if crd_msgs or _core_crd_violation(key, True):
+            continue  # the CRD already rejects this key
+        for msg in names.is_qualified_name(key):
+            ctx.err(child(path, key), f'Invalid value: {_q(key)}: invalid key name "{key}" in labels, "{msg}"')
+        problem = L.is_restricted_label(key, prov)
+        if problem:
+            ctx.err(child(path, key), f'Invalid value: {_q(key)}: invalid key name "{key}" in labels, {problem}')
+
+
+def _q(s: str) -> str:
+    return fmt_value(s)
+
+
+def _check_requirement_key(key: str, path: str, ctx: Ctx) -> None:
+    """The provider CRD's CEL rules on requirement keys."""
+    for msg in _crd_provider_violations(key, _provider(ctx)):
+        ctx.err(path, f"Invalid value: {_q(key)}: {msg}")
+
+
+def _check_requirements_runtime(reqs: list, path: str, ctx: Ctx, nodepool: bool) -> None:
+    prov = _provider(ctx)
+    known_values = L.well_known_values(prov)
+    wk = L.well_known_labels(prov)
+    for i, req in enumerate(reqs):
+        if not isinstance(req, dict) or not isinstance(req.get("key"), str):
+            continue
+        p = index(path, i)
+        key = L.NORMALIZED_LABELS.get(req["key"], req["key"])
+        op = req.get("operator")
+        values = [v for v in _values(req) if isinstance(v, str)]
+        crd_rejects = bool(_crd_provider_violations(req["key"], prov)) or _core_crd_violation(req["key"], nodepool)
+        if not crd_rejects:
+            problem = L.is_restricted_label(key, prov)
+            if problem:
+                ctx.err(child(p, "key"), f"Invalid value: {_q(req['key'])}: {problem}")
+            if _QUALIFIED_KEY.search(req["key"]):
+                for msg in names.is_qualified_name(req["key"]):
+                    ctx.err(child(p, "key"), f"Invalid value: {_q(req['key'])}: key {key} is not a qualified name, {msg}")
+        for j, v in enumerate(values):
+            for msg in names.is_valid_label_value(v):
+                ctx.err(index(child(p, "values"), j), f"Invalid value: {_q(v)}: invalid value {v} for key {key}, {msg}")
+        if op == "In" and key in wk and key in known_values:
+            allowed = known_values[key]
+            valid = [v for v in values if v in allowed]
+            shown = " ".join(sorted(allowed))
+            if not valid and values:
+                got = " ".join(values)
+                ctx.err(
+                    child(p, "values"),
+                    f'Invalid value: "array": no valid values found in [{got}] for {key}, '
+                    f"expected one of: [{shown}], got: [{got}]",
+                )
+            mv = req.get("minValues")
+            if valid and isinstance(mv, int) and not isinstance(mv, bool) and len(valid) < mv:
+                ctx.err(
+                    child(p, "values"),
+                    f"Invalid value: \"array\": not enough valid values found in [{' '.join(values)}] for {key}, "
+                    f"expected at least {mv} valid values from: [{shown}], got: {len(valid)}",
+                )
+
+
+def _check_taints_runtime(spec: dict, path: str, ctx: Ctx) -> None:
+    seen: set = set()
+    for field in ("taints", "startupTaints"):
+        for i, t in enumerate(as_list(spec.get(field))):
+            if not isinstance(t, dict):
+                continue
+            key = t.get("key")
+            if isinstance(key, str) and _QUALIFIED_KEY.search(key):
+                # the CRD pattern lets through keys whose parts are too long; Karpenter rejects them
+                for msg in names.is_qualified_name(key):
+                    ctx.err(child(index(child(path, field), i), "key"), f"Invalid value: {_q(key)}: {msg}")
+            pair = hkey(t.get("key"), t.get("effect"))
+            if pair in seen:
+                ctx.err(
+                    index(child(path, field), i),
+                    f'Duplicate value: "{pair[0]}={pair[1]}": duplicate taint Key/Effect pair {pair[0]}={pair[1]}',
+                )
+            seen.add(pair)
+
+
+def _check_budget_schedule(budget: dict, path: str, ctx: Ctx) -> None:
+    sched = budget.get("schedule")
+    if not isinstance(sched, str):
+        return
+    if not _SCHEDULE.search(sched):
+        return  # the CRD pattern already reports it
+    p = child(path, "schedule")
+    if sched.startswith("@"):
+        if sched.strip() not in CRON_DESCRIPTORS:
+            ctx.err(p, f"Invalid value: {_q(sched)}: invalid cron schedule: unrecognized descriptor")
+        return
+    fields = sched.split()
+    if len(fields) != 5:
+        ctx.err(
+            p,
+            f"Invalid value: {_q(sched)}: invalid cron schedule: expected exactly 5 fields "
+            f"(minute hour day-of-month month day-of-week), found {len(fields)}",
+        )
+        return
+    if any(f.upper().startswith("TZ=") or f.upper().startswith("CRON_TZ=") for f in fields) or not croniter.is_valid(
+        " ".join(fields)
+    ):
+        ctx.err(p, f"Invalid value: {_q(sched)}: invalid cron schedule")
+
+
+def _check_node_class_ref(ref: dict, path: str, ctx: Ctx) -> None:
+    group, kind = ref.get("group"), ref.get("kind")
+    if not isinstance(group, str) or not group or "/" in group:
+        return
+    prov = L.PROVIDERS.get(group)
+    if prov is None:
+        ctx.err(
+            child(path, "group"),
+            not_supported(group, sorted(L.PROVIDERS)) + " (karpy simulates these providers only)",
+        )
+        return
+    if isinstance(kind, str) and kind and kind != prov.node_class_kind:
+        ctx.err(child(path, "kind"), not_supported(kind, (prov.node_class_kind,)) + f" (for group {group})")
+
+
+# --- schema -------------------------------------------------------------------
+
+
+def _taints() -> Node:
+    return arr(
+        obj(
+            {
+                "effect": string(enum=TAINT_EFFECTS),
+                "key": string(min_len=1, pattern=QUALIFIED_KEY),
+                "timeAdded": string(fmt="date-time"),
+                "value": string(pattern=QUALIFIED_KEY),
+            },
+            required=("effect", "key"),
+        )
+    )
+
+
+def _node_class_ref() -> Node:
+    return obj(
+        {
+            "group": string(pattern=r"^[^/]*$", rules=[(_not_empty, "group may not be empty")]),
+            "kind": string(rules=[(_not_empty, "kind may not be empty")]),
+            "name": string(rules=[(_not_empty, "name may not be empty")]),
+        },
+        required=("group", "kind", "name"),
+        checks=[_check_node_class_ref],
+    )
+
+
+def _requirements(nodepool: bool) -> Node:
+    key_rules = NODEPOOL_KEY_RULES if nodepool else NODECLAIM_KEY_RULES
+    item = obj(
+        {
+            "key": string(max_len=316, pattern=QUALIFIED_KEY, rules=key_rules, checks=[_check_requirement_key]),
+            "minValues": integer(minimum=1, maximum=50),
+            "operator": string(enum=OPERATORS),
+            "values": arr(string()),
+        },
+        required=("key", "operator"),
+    )
+    return arr(
+        item,
+        max_items=100,
+        item_rules=REQUIREMENTS_RULES,
+        checks=[lambda reqs, path, ctx: _check_requirements_runtime(reqs, path, ctx, nodepool)],
+    )
+
+
+def _claim_spec_props(nodepool: bool) -> dict[str, Node]:
+    return {
+        "expireAfter": string(default=DEFAULT_EXPIRE_AFTER, pattern=DURATION_OR_NEVER),
+        "nodeClassRef": _node_class_ref(),
+        "requirements": _requirements(nodepool),
+        "startupTaints": _taints(),
+        "taints": _taints(),
+        "terminationGracePeriod": string(pattern=DURATION),
+    }
+
+
+def _budget() -> Node:
+    return obj(
+        {
+            "duration": string(pattern=BUDGET_DURATION),
+            "nodes": string(default=DEFAULT_BUDGET_NODES, pattern=BUDGET_NODES),
+            "reasons": arr(string(enum=DISRUPTION_REASONS), max_items=50, list_type="set"),
+            "schedule": string(pattern=SCHEDULE),
+        },
+        required=("nodes",),
+        checks=[_check_budget_schedule],
+    )
+
+
+def _template_labels() -> Node:
+    return mapping(
+        string(max_len=63, pattern=LABEL_VALUE),
+        max_props=100,
+        item_rules=NODEPOOL_KEY_RULES,
+        checks=[_check_template_labels],
+    )
+
+NODEPOOL = obj(
+    {
+        "apiVersion": string(),
+        "kind": string(),
+        "metadata": object_meta(),
+        "spec": obj(
+            {
+                "disruption": obj(
+                    {
+                        "budgets": arr(
+                            _budget(),
+                            default=[{"nodes": DEFAULT_BUDGET_NODES}],
+                            max_items=50,
+                            item_rules=[(_budget_rule, "'schedule' must be set with 'duration'")],
+                        ),
+                        "consolidateAfter": string(default="0s", pattern=DURATION_OR_NEVER),
+                        "consolidationPolicy": string(default="WhenEmptyOrUnderutilized", enum=CONSOLIDATION_POLICIES),
+                    },
+                    default={"consolidateAfter": "0s"},
+                ),
+                "limits": quantity_map(),
+                "replicas": int64(minimum=0),
+                "template": obj(
+                    {
+                        "metadata": obj({"annotations": string_map(), "labels": _template_labels()}),
+                        "spec": obj(
+                            _claim_spec_props(True),
+                            required=("nodeClassRef", "requirements"),
+                            checks=[_check_taints_runtime],
+                        ),
+                    },
+                    required=("spec",),
+                ),
+                "weight": int32(minimum=1, maximum=100),
+            },
+            required=("template",),
+            rules=[
+                (_static_limits_rule, "only 'limits.nodes' is supported on static NodePools"),
+                (_static_weight_rule, "'weight' is not supported on static NodePools"),
+            ],
+        ),
+        "status": opaque_obj(),
+    },
+    required=("spec",),
+)
+
+NODECLAIM = obj(
+    {
+        "apiVersion": string(),
+        "kind": string(),
+        "metadata": object_meta(),
+        "spec": obj(
+            {**_claim_spec_props(False), "resources": obj({"requests": quantity_map()})},
+            required=("nodeClassRef", "requirements"),
+            checks=[_check_taints_runtime],
+        ),
+        "status": opaque_obj(),
+    },
+    required=("spec",),
+)
+
+
+def prepare(obj_: dict, ctx: Ctx) -> None:
+    """Find the provider (from nodeClassRef.group) whose label rules apply."""
+    group = get(obj_, "spec", "template", "spec", "nodeClassRef", "group")
+    if group is None:
+        group = get(obj_, "spec", "nodeClassRef", "group")
+    ctx.data["provider"] = L.provider_labels(group)
+
+
+def transition_errors(kind: str, old: Any, new: Any) -> list[tuple[str, str]]:
+    """The CRDs' transition rules (``oldSelf``), for an update of ``old`` to ``new`` (e.g. a Scenario patch)."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return out
+    if kind == "NodePool":
+        o, n = get(old, "spec", default={}), get(new, "spec", default={})
+        if isinstance(o, dict) and isinstance(n, dict) and ("replicas" in o) != ("replicas" in n):
+            out.append(
+                (
+                    "spec",
+                    'Invalid value: "object": Cannot transition NodePool between static (replicas set) and dynamic '
+                    "(replicas unset) provisioning modes",
+                )
+            )
+        for field in ("group", "kind"):
+            a = get(old, "spec", "template", "spec", "nodeClassRef", field)
+            b = get(new, "spec", "template", "spec", "nodeClassRef", field)
+            if a != b:
+                out.append(("spec.template.spec.nodeClassRef", f'Invalid value: "object": nodeClassRef.{field} is immutable'))
+    elif kind == "NodeClaim" and old.get("spec") != new.get("spec"):
+        out.append(("spec", 'Invalid value: "object": spec is immutable'))
+    return out
+
+
+def node_class_group(obj_: dict) -> str | None:
+    g = get(obj_, "spec", "template", "spec", "nodeClassRef", "group")
+    return g if isinstance(g, str) else None
+
+
+__all__ = ["NODEPOOL", "NODECLAIM", "prepare", "node_class_group", "transition_errors"]

@@ -1,0 +1,277 @@
+"""karpy.dev/v1alpha1 Scenario: settings and a timeline of steps.
+
+```yaml
+spec:
+  start: "2026-01-01T00:00:00Z"   # default
+  region: westeurope               # optional
+  settings: {...}                  # operator settings, as upstream's flags
+  steps:                           # each step has exactly one action
+  - apply: [ {manifest}, ... ]
+  - advance: 10m
+  - scale: {kind: Deployment, namespace: ns, name: web, replicas: 2}
+  - patch: {kind: NodePool, name: default, merge: {spec: {...}}}
+  - delete: {kind: Deployment, namespace: ns, name: web}
+  - interrupt: {node: NODE_NAME}  |  {selector: {matchLabels: {...}}, count: 1}
+  - unavailable: {instanceTypes: [..], zones: [..], capacityType: spot}
+  - available: {instanceTypes: [..], zones: [..], capacityType: spot}
+```
+
+Manifests inside ``apply`` are validated (and defaulted) exactly like
+top-level documents, with their errors reported under
+``spec.steps[i].apply[j]``. ``scale``/``patch``/``delete`` get ``namespace:
+default`` for namespaced kinds; ``interrupt`` with a selector gets ``count: 1``.
+
+Settings and their defaults (upstream Karpenter's): ``batchIdleDuration`` 1s,
+``batchMaxDuration`` 10s, ``featureGates`` (NodeRepair false, ReservedCapacity
+true, SpotToSpotConsolidation false, NodeOverlay false, StaticCapacity false,
+CapacityBuffer false; unknown gates are errors), ``minValuesPolicy`` Strict,
+``preferencePolicy`` Respect, ``ignoreDRARequests`` true; optional:
+``schedulerConfig.podTopologySpread.defaultConstraints``,
+``vmMemoryOverheadPercent`` (provider default when absent), ``reservedENIs``
+(AWS), ``seed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..resources import parse_duration
+from .core import label_selector, topology_spread_constraints
+from .meta import object_meta
+from .schema import (
+    Ctx,
+    Node,
+    arr,
+    as_list,
+    boolean,
+    child,
+    forbidden,
+    index,
+    int32,
+    integer,
+    invalid,
+    mapping,
+    not_supported,
+    number,
+    obj,
+    opaque,
+    opaque_obj,
+    required,
+    string,
+)
+DEFAULT_START = "2026-01-01T00:00:00Z"
+
+FEATURE_GATE_DEFAULTS = {
+    "NodeRepair": False,
+    "ReservedCapacity": True,
+    "SpotToSpotConsolidation": False,
+    "NodeOverlay": False,
+    "StaticCapacity": False,
+    "CapacityBuffer": False,
+}
+
+ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available")
+SCALABLE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "NodePool")
+CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+
+
+def _duration_check(allow_zero: bool):
+    def check(v: str, path: str, ctx: Ctx) -> None:
+        try:
+            secs = parse_duration(v)
+        except ValueError:
+            ctx.err(path, invalid(v, 'must be a duration such as "30s", "10m" or "1h30m"'))
+            return
+        if secs < 0 or (secs == 0 and not allow_zero):
+            ctx.err(path, invalid(v, "must be greater than 0" if not allow_zero else "must not be negative"))
+
+    return check
+
+
+def _default_feature_gates(gates: dict, ctx: Ctx) -> None:
+    for k, v in FEATURE_GATE_DEFAULTS.items():
+        gates.setdefault(k, v)
+
+
+def _check_feature_gates(gates: dict, path: str, ctx: Ctx) -> None:
+    for k in gates:
+        if k not in FEATURE_GATE_DEFAULTS:
+            ctx.err(child(path, k), not_supported(k, FEATURE_GATE_DEFAULTS))
+
+
+def _check_default_constraints(lst: list, path: str, ctx: Ctx) -> None:
+    for i, c in enumerate(lst):
+        if not isinstance(c, dict):
+            continue
+        p = index(path, i)
+        if "labelSelector" in c:
+            ctx.err(child(p, "labelSelector"), forbidden("must not be set, as selectors are deduced for each pod"))
+        if c.get("matchLabelKeys"):
+            ctx.err(child(p, "matchLabelKeys"), forbidden("must not be set, as it has no effect on default constraints"))
+
+
+def _default_constraints() -> Node:
+    n = topology_spread_constraints()
+    n.checks = n.checks + (_check_default_constraints,)
+    return n
+
+
+SETTINGS = obj(
+    {
+        "batchIdleDuration": string(default="1s", checks=[_duration_check(False)]),
+        "batchMaxDuration": string(default="10s", checks=[_duration_check(False)]),
+        "featureGates": mapping(
+            boolean(), default={}, defaulter=_default_feature_gates, checks=[_check_feature_gates]
+        ),
+        "minValuesPolicy": string(default="Strict", enum=("Strict", "BestEffort")),
+        "preferencePolicy": string(default="Respect", enum=("Respect", "Ignore")),
+        "ignoreDRARequests": boolean(default=True),
+        "schedulerConfig": obj(
+            {"podTopologySpread": obj({"defaultConstraints": _default_constraints()})},
+        ),
+        "vmMemoryOverheadPercent": number(minimum=0, maximum=1),
+        "reservedENIs": int32(minimum=0),
+        "seed": integer(),
+    },
+    default={},
+)
+
+
+def _target_defaulter(step: dict, ctx: Ctx) -> None:
+    from .kinds import is_namespaced
+
+    kind = step.get("kind")
+    if isinstance(kind, str) and is_namespaced(kind):
+        if step.get("namespace") in (None, ""):
+            step["namespace"] = "default"
+    elif isinstance(kind, str):
+        step.pop("namespace", None)
+
+
+def _target_checker(kinds: tuple[str, ...] | None):
+    def check(step: dict, path: str, ctx: Ctx) -> None:
+        from .kinds import ACCEPTED_KINDS, BY_KIND
+
+        kind = step.get("kind")
+        if not isinstance(kind, str):
+            return
+        allowed = kinds or tuple(k for _, k in ACCEPTED_KINDS if k != "Scenario")
+        allowed = tuple(dict.fromkeys(allowed))
+        if kind not in allowed:
+            ctx.err(child(path, "kind"), not_supported(kind, allowed))
+            return
+        av = step.get("apiVersion")
+        info = BY_KIND[kind]
+        if isinstance(av, str) and av not in info.api_versions:
+            ctx.err(child(path, "apiVersion"), not_supported(av, info.api_versions) + f" (for kind {kind})")
+
+    return check
+
+
+def _target(extra: dict[str, Node], kinds: tuple[str, ...] | None, req: tuple[str, ...]) -> Node:
+    props = {"apiVersion": string(), "kind": string(), "namespace": string(), "name": string(min_len=1)}
+    props.update(extra)
+    return obj(props, required=("kind", "name") + req, defaulter=_target_defaulter, checks=[_target_checker(kinds)])
+
+
+def _check_apply(items: list, path: str, ctx: Ctx) -> None:
+    from .kinds import validate_manifest
+
+    for i, item in enumerate(items):
+        result = validate_manifest(item, prefix=index(path, i), seed=f"{path}[{i}]", nested=True)
+        ctx.errors.extend(result.errors)
+
+
+def _interrupt_defaulter(step: dict, ctx: Ctx) -> None:
+    if "selector" in step and "count" not in step:
+        step["count"] = 1
+
+
+def _check_interrupt(step: dict, path: str, ctx: Ctx) -> None:
+    has_node, has_sel = "node" in step, "selector" in step
+    if has_node == has_sel:
+        ctx.err(path, invalid(step, "must specify exactly one of 'node' or 'selector'"))
+    if has_node and "count" in step:
+        ctx.err(child(path, "count"), forbidden("may only be set with 'selector'"))
+
+
+def _offerings() -> Node:
+    return obj(
+        {
+            "instanceTypes": arr(string(min_len=1)),
+            "zones": arr(string(min_len=1)),
+            "capacityType": string(enum=CAPACITY_TYPES),
+        }
+    )
+
+
+def _check_step(step: dict, path: str, ctx: Ctx) -> None:
+    present = [a for a in ACTIONS if a in step]
+    if not present:
+        ctx.err(path, required("each step needs exactly one of: " + ", ".join(ACTIONS)))
+    elif len(present) > 1:
+        ctx.err(path, forbidden(f"each step must have exactly one action, found {len(present)}: {', '.join(present)}"))
+
+
+STEP = obj(
+    {
+        "apply": arr(opaque(), min_items=1, checks=[_check_apply]),
+        "advance": string(checks=[_duration_check(False)]),
+        "scale": _target({"replicas": int32(minimum=0)}, SCALABLE_KINDS, ("replicas",)),
+        "patch": _target({"merge": opaque_obj()}, None, ("merge",)),
+        "delete": _target({}, None, ()),
+        "interrupt": obj(
+            {"node": string(min_len=1), "selector": label_selector(), "count": int32(minimum=1)},
+            defaulter=_interrupt_defaulter,
+            checks=[_check_interrupt],
+        ),
+        "unavailable": _offerings(),
+        "available": _offerings(),
+    },
+    checks=[_check_step],
+)
+
+
+def _check_region(v: str, path: str, ctx: Ctx) -> None:
+    if not v.strip():
+        ctx.err(path, required())
+
+
+SCENARIO = obj(
+    {
+        "apiVersion": string(),
+        "kind": string(),
+        "metadata": object_meta(),
+        "spec": obj(
+            {
+                "start": string(default=DEFAULT_START, fmt="date-time"),
+                "region": string(checks=[_check_region]),
+                "settings": SETTINGS,
+                "steps": arr(STEP, default=[]),
+            },
+            default={},
+        ),
+    }
+)
+
+
+def steps(doc_obj: dict) -> list[tuple[str, Any]]:
+    """The (action, argument) pairs of a validated Scenario, in order."""
+    out = []
+    for step in as_list((doc_obj.get("spec") or {}).get("steps")):
+        for a in ACTIONS:
+            if isinstance(step, dict) and a in step:
+                out.append((a, step[a]))
+                break
+    return out
+
+
+def feature_gates(doc_obj: dict | None) -> dict[str, bool]:
+    """The effective feature gates (defaults when there is no Scenario)."""
+    gates = dict(FEATURE_GATE_DEFAULTS)
+    if doc_obj:
+        gates.update(((doc_obj.get("spec") or {}).get("settings") or {}).get("featureGates") or {})
+    return gates
+
+
+__all__ = ["SCENARIO", "SETTINGS", "FEATURE_GATE_DEFAULTS", "ACTIONS", "steps", "feature_gates"]
