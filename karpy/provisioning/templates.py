@@ -47,17 +47,23 @@ def compatible_instance_types(reqs: Requirements, instance_types: Iterable[Insta
     return out
 
 
-def daemon_overhead(reqs: Requirements, taints: Sequence[Taint], daemon_pods: Iterable[PodInfo],
-                    well_known: frozenset[str]) -> dict[str, int]:
-    """Requests of the DaemonSet pods that would run on a node of this template."""
-    total: dict[str, int] = {}
+def compatible_daemons(reqs: Requirements, taints: Sequence[Taint], daemon_pods: Iterable[PodInfo],
+                       well_known: frozenset[str]) -> list[PodInfo]:
+    """The DaemonSet pods that would run on some node of this template (taints tolerated,
+    and one of their node-affinity terms compatible with the NodePool's requirements)."""
+    out = []
     for p in daemon_pods:
         if untolerated(p.tolerations, taints) is not None:
             continue
-        if reqs.compatible(p.strict_requirements(), allow_undefined=well_known) is not None:
+        terms = p.required_terms or [Requirements()]
+        if not any(reqs.compatible(p.node_selector.union(t), allow_undefined=well_known) is None for t in terms):
             continue
-        total = res.add(total, p.requests)
-    return total
+        out.append(p)
+    return out
+
+
+def daemon_overhead(daemons: Iterable[PodInfo]) -> dict[str, int]:
+    return res.total(p.requests for p in daemons)
 
 
 def build_template(
@@ -77,6 +83,7 @@ def build_template(
     if limits:
         remaining = {k: v - usage.get(k, 0) for k, v in limits.items()}
     labels = dict(((spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    daemons = compatible_daemons(reqs, taints, daemon_pods, well_known)
     return NodeClaimTemplate(
         nodepool=nodepool["metadata"]["name"],
         weight=int(spec.get("weight") or 0),
@@ -85,7 +92,8 @@ def build_template(
         startup_taints=startup,
         labels={str(k): str(v) for k, v in labels.items()},
         instance_types=compatible_instance_types(reqs, instance_types),
-        daemon_overhead=daemon_overhead(reqs, taints, daemon_pods, well_known),
+        daemon_overhead=daemon_overhead(daemons),
+        daemon_pods=daemons,
         remaining=remaining,
         well_known_labels=well_known,
         nodeclass=str(((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef", {}).get("name", "")),

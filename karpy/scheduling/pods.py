@@ -24,9 +24,11 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 class LabelSelector:
     """A compiled metav1.LabelSelector."""
 
-    __slots__ = ("match_labels", "expressions", "sig", "_empty")
+    __slots__ = ("match_labels", "expressions", "sig", "_empty", "nil")
 
     def __init__(self, obj: Mapping | None):
+        # A missing selector selects nothing; an empty one ({}) selects everything.
+        self.nil = obj is None
         obj = obj or {}
         self.match_labels: dict[str, str] = {str(k): str(v) for k, v in (obj.get("matchLabels") or {}).items()}
         self.expressions: list[tuple[str, str, frozenset[str]]] = [
@@ -34,12 +36,15 @@ class LabelSelector:
             for e in (obj.get("matchExpressions") or ())
         ]
         self.sig = (
+            self.nil,
             tuple(sorted(self.match_labels.items())),
             tuple(sorted((k, op, tuple(sorted(v))) for k, op, v in self.expressions)),
         )
         self._empty = not self.match_labels and not self.expressions
 
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.nil:
+            return False
         for k, v in self.match_labels.items():
             if labels.get(k) != v:
                 return False
@@ -62,7 +67,7 @@ class LabelSelector:
     def with_label_keys(self, keys: list[str], labels: Mapping[str, str]) -> "LabelSelector":
         """matchLabelKeys: add ``key In [pod's value]`` for each key the pod carries."""
         extra = [{"key": k, "operator": IN, "values": [labels[k]]} for k in keys if k in labels]
-        if not extra:
+        if not extra or self.nil:
             return self
         obj = {
             "matchLabels": dict(self.match_labels),
@@ -204,6 +209,13 @@ def pod_requests(spec: Mapping) -> dict[str, int]:
         else:
             init_peak = res.merge_max(init_peak, res.add(req, sidecars))
     out = res.merge_max(res.add(app, sidecars), init_peak)
+    pod_level = spec.get("resources") or {}
+    if pod_level.get("requests") or pod_level.get("limits"):
+        # Pod-level resources (Kubernetes 1.34+) replace the containers' totals where set.
+        level = res.parse_resource_list(pod_level.get("requests"))
+        for k, v in res.parse_resource_list(pod_level.get("limits")).items():
+            level.setdefault(k, v)
+        out = {**out, **level}
     overhead = spec.get("overhead")
     if overhead:
         out = res.add(out, res.parse_resource_list(overhead))

@@ -46,7 +46,9 @@ from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
 from .requirements import IN, NOT_IN, Requirement, Requirements
 from .topology import AFFINITY, ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
 
-MAX_INSTANCE_TYPES = 60  # upstream caps the instance types sent with one NodeClaim
+# Upstream's core keeps at most this many instance types in a NodeClaim's requirements
+# (providers may send fewer to their launch API: AWS sends the 60 cheapest).
+MAX_INSTANCE_TYPES = 600
 
 # Labels Karpenter (or the provider) fills in at launch, so a pod may require them
 # even when a NodePool does not name them.
@@ -87,10 +89,11 @@ class NodeClaimTemplate:
     startup_taints: tuple[Taint, ...]
     labels: dict[str, str]
     instance_types: list[InstanceType]  # compatible with the requirements, with an available offering
-    daemon_overhead: dict[str, int] = field(default_factory=dict)
+    daemon_overhead: dict[str, int] = field(default_factory=dict)  # of the daemons every type runs (for messages)
     remaining: dict[str, int] | None = None  # NodePool limits minus what exists; None: unlimited
     well_known_labels: frozenset[str] = CORE_WELL_KNOWN_LABELS
     nodeclass: str = ""
+    daemon_pods: list[PodInfo] = field(default_factory=list)  # DaemonSet pods that tolerate the taints
 
 
 @dataclass(eq=False)
@@ -152,20 +155,37 @@ class _TemplateState:
                 j = rindex.get(k)
                 if j is not None:
                     cap[i, j] = v
-        self.alloc = alloc
         self.capacity = cap
         self.label_keys = set()
         for it in self.types:
             self.label_keys.update(it.labels)
         self._label_masks: dict[tuple, np.ndarray] = {}
         self._offer_masks: dict[tuple, np.ndarray] = {}
-        daemon = np.zeros(nres, dtype=np.int64)
-        for k, v in tpl.daemon_overhead.items():
-            j = rindex.get(k)
-            if j is not None:
-                daemon[j] = v
+        # DaemonSet overhead per instance type: a daemon counts on the types it can run on
+        daemon = np.zeros((n, nres), dtype=np.int64)
+        self.daemon_ports: set = set()
+        for p in tpl.daemon_pods:
+            terms = p.required_terms or [Requirements()]
+            mask = np.zeros(n, dtype=bool)
+            for term in terms:
+                r = p.node_selector.union(term)
+                if tpl.requirements.compatible(r, allow_undefined=tpl.well_known_labels) is not None:
+                    continue
+                both = tpl.requirements.union(r)
+                mask |= self.label_mask(both) & self.offering_mask(both)
+            if not mask.any():
+                continue
+            vec = np.zeros(nres, dtype=np.int64)
+            for k, v in p.requests.items():
+                j = rindex.get(k)
+                if j is not None:
+                    vec[j] = v
+            daemon[mask] += vec
+            self.daemon_ports.update(p.host_ports)
         self.daemon = daemon
+        self.alloc = alloc - daemon  # what pods can use on each type
         self.all_idx = np.arange(n, dtype=np.int64)
+        self.fits_daemons = (self.alloc >= 0).all(axis=1) if nres else np.ones(n, dtype=bool)
         order = sorted(range(n), key=lambda i: self.types[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
@@ -227,9 +247,9 @@ class _Claim:
         self.hostname = hostname
         self.req = req
         self.idx = idx
-        self.used = ts.daemon.copy()
+        self.used = np.zeros(ts.alloc.shape[1], dtype=np.int64)
         self.pods: list[PodInfo] = []
-        self.host_ports: set = set()
+        self.host_ports: set = set(ts.daemon_ports)
         self.seq = seq
         self.placed: list[tuple["_Class", int]] = []
         self._refresh_max()
@@ -287,16 +307,19 @@ class _Class:
         self.nz_list = [int(i) for i in self.nz]
         self.req_key = tuple(int(x) for x in self.request_vec)
         topo = s.topology
-        self.spreads: list[tuple[TopologyGroup, bool, str]] = []
+        self.strict = p.strict_requirements()
+        self.spreads: list[tuple[TopologyGroup, bool, tuple[str, str]]] = []
         for c in p.spread:
             if c.when_unsatisfiable == "ScheduleAnyway" and not s.respect_preferences:
                 continue
             g = topo.spread_group(p.namespace, c)
-            self.spreads.append((g, g.selects(p.namespace, p.labels), c.node_affinity_policy))
+            self.spreads.append((g, g.selects(p.namespace, p.labels), (c.node_affinity_policy, c.node_taints_policy)))
         aff_terms = list(p.affinity) + (list(p.preferred_affinity) if s.respect_preferences else [])
         anti_terms = list(p.anti_affinity) + (list(p.preferred_anti_affinity) if s.respect_preferences else [])
         self.affinities = [(g, g.selects(p.namespace, p.labels)) for g in (topo.affinity_group(t) for t in aff_terms)]
         self.antis = [(g, g.selects(p.namespace, p.labels)) for g in (topo.anti_group(t) for t in anti_terms)]
+        # only required anti-affinity repels other pods (the inverse direction)
+        self.required_antis = [topo.anti_group(t) for t in p.anti_affinity]
         self.tolerations = p.tolerations + ((_PREFER_NO_SCHEDULE_TOLERATION,) if self.prefer_no_schedule_tolerated else ())
         self.has_topology = bool(self.spreads or self.affinities or self.antis)
         self._selecting: list[TopologyGroup] | None = None
@@ -381,13 +404,31 @@ class Scheduler:
         self.min_values_best_effort = min_values_best_effort
         self.refine = refine
         self.topology = Topology()
+        self._templates_input = list(self.templates)
+        self._existing_input = list(existing)
+        self._bound_elsewhere = list(bound_pods_elsewhere)
+        self.claims: list[_Claim] = []
+        self._cursor: dict[tuple, int] = {}
+        self._seq = 0
+        self._universe_cache: dict[str, set[str]] = {}
+        self._eligible_cache: dict[tuple, list[str]] = {}
+        self._keys_cache: set[str] | None = None
+        self._keys_seen: dict = {}
+        self._built = False
+
+    def _build(self, pods: Sequence[PodInfo]) -> None:
+        """Index every resource any node, type, daemon or pod names, and build the arrays."""
         names: set[str] = {res.CPU, res.MEMORY, res.PODS}
         for t in self.templates:
             for it in t.instance_types:
                 names.update(it.allocatable)
-            names.update(t.daemon_overhead)
-        for n in existing:
+            for p in t.daemon_pods:
+                names.update(p.requests)
+        for n in self._existing_input:
             names.update(n.allocatable)
+            names.update(n.requested)
+        for p in pods:
+            names.update(p.requests)
         self.rnames = sorted(names)
         self.rindex = {k: i for i, k in enumerate(self.rnames)}
         self.nres = len(self.rnames)
@@ -395,31 +436,23 @@ class Scheduler:
         self.remaining = {
             t.nodepool: (None if t.remaining is None else self.vector_signed(t.remaining)) for t in self.templates
         }
+        self.remaining_nodes = {
+            t.nodepool: t.remaining["nodes"] for t in self.templates if t.remaining is not None and "nodes" in t.remaining
+        }
         # initialized nodes first, then by name, as upstream orders them
         self.nodes = [
             _Node(n, self.vector(n.allocatable), self.vector(n.requested))
-            for n in sorted(existing, key=lambda n: (not n.initialized, n.name)) if n.schedulable
+            for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable
         ]
-        self._existing_input = list(existing)
-        self._bound_elsewhere = list(bound_pods_elsewhere)
-        self.claims: list[_Claim] = []
-        self._cursor: dict[tuple, int] = {}
-        self._seq = 0
-        self._universe_cache: dict[str, set[str]] = {}
-        self._keys_cache: set[str] | None = None
-        self._keys_seen: dict = {}
+        self._built = True
 
     # --- vectors -------------------------------------------------------------------
     def vector(self, d: Mapping[str, int]) -> np.ndarray:
         v = np.zeros(self.nres, dtype=np.int64)
         for k, x in d.items():
             j = self.rindex.get(k)
-            if j is None:
-                # A resource no node offers: keep it visible so nothing fits.
-                j = self._add_resource(k)
-                v = np.resize(v, self.nres)
-                v[-1] = 0
-            v[j] = x
+            if j is not None:
+                v[j] = x
         return v
 
     def vector_signed(self, d: Mapping[str, int]) -> np.ndarray:
@@ -429,27 +462,6 @@ class Scheduler:
             if j is not None:
                 v[j] = x
         return v
-
-    def _add_resource(self, name: str) -> int:
-        self.rnames.append(name)
-        j = len(self.rnames) - 1
-        self.rindex[name] = j
-        self.nres += 1
-        # widen every array already built (rare: an extended resource nobody offers)
-        for ts in self.tstates:
-            ts.alloc = np.hstack([ts.alloc, np.zeros((ts.alloc.shape[0], 1), dtype=np.int64)])
-            ts.capacity = np.hstack([ts.capacity, np.zeros((ts.capacity.shape[0], 1), dtype=np.int64)])
-            ts.daemon = np.append(ts.daemon, 0)
-        for n in getattr(self, "nodes", []):
-            n.alloc = np.append(n.alloc, 0)
-            n.used = np.append(n.used, 0)
-        for c in getattr(self, "claims", []):
-            c.used = np.append(c.used, 0)
-            c._refresh_max()
-        for k, v in list(getattr(self, "remaining", {}).items()):
-            if v is not None:
-                self.remaining[k] = np.append(v, np.iinfo(np.int64).max // 4)
-        return j
 
     # --- topology set-up -----------------------------------------------------------
     def _register_existing_topology(self, classes: list[_Class]) -> None:
@@ -500,6 +512,8 @@ class Scheduler:
 
     # --- the solve -----------------------------------------------------------------
     def solve(self, pods: Iterable[PodInfo]) -> Results:
+        pods = list(pods)
+        self._build(pods)
         groups: dict[tuple, list[PodInfo]] = {}
         order: list[tuple] = []
         for p in pods:
@@ -546,6 +560,16 @@ class Scheduler:
                 errors.setdefault(p.key, "no capacity")
         if self.refine:
             self._refine()
+        kept_claims = []
+        for c in self.claims:
+            why = self._truncation_breaks_min_values(c)
+            if why is None:
+                kept_claims.append(c)
+                continue
+            for p in c.pods:
+                errors[p.key] = (f'incompatible with nodepool "{c.ts.tpl.nodepool}", pod didn\u2019t schedule because '
+                                 f"NodePool couldn\u2019t meet minValues requirements, {why}")
+        self.claims = kept_claims
         done = {p.key for c in self.claims for p in c.pods}
         for pods_ in placed_existing.values():
             done.update(p.key for p in pods_)
@@ -554,7 +578,7 @@ class Scheduler:
             new_nodeclaims=[self._finalize(c) for c in self.claims],
             existing=placed_existing,
             errors=errors,
-            failed_pods=[p for c in failed for p in c.pods],
+            failed_pods=[p for p in pods if p.key in errors],
         )
 
     def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
@@ -642,6 +666,10 @@ class Scheduler:
             return 0, None, None, "host port conflict"
         reqs = cls.reqs
         if len(reqs):
+            hr = reqs._reqs.get(LABEL_HOSTNAME)
+            if hr is not None and not hr.has(claim.hostname):
+                # a new NodeClaim's hostname is not known until it launches: no pod can ask for it
+                return 0, None, None, f"incompatible requirements, {LABEL_HOSTNAME} {hr} cannot match a new node"
             why = claim.req.compatible(reqs, allow_undefined=tpl.well_known_labels)
             if why is not None:
                 return 0, None, None, f"incompatible requirements, {why}"
@@ -665,6 +693,7 @@ class Scheduler:
                 return 0, None, None, "no instance type satisfied the requirements"
         # how many pods of this size each remaining type can still take
         nz = cls.nz
+        per_type = None
         if len(nz):
             avail = ts.alloc[idx][:, nz] - claim.used[nz]
             per_type = (avail // cls.request_vec[nz]).min(axis=1)
@@ -672,12 +701,20 @@ class Scheduler:
             if best <= 0:
                 return 0, None, None, "no instance type has enough resources"
             k = min(k, best)
-            idx = idx[per_type >= k]
+            idx_k = idx[per_type >= k]
+        else:
+            idx_k = idx
         if _has_min_values(new_req):
-            mv = _min_values_short(new_req, ts, idx)
+            mv = _min_values_short(new_req, ts, idx_k)
+            if mv is not None and per_type is not None:
+                # fewer pods of the class may leave enough instance types: the rest go elsewhere
+                while k > 1 and mv is not None:
+                    k -= 1
+                    idx_k = idx[per_type >= k]
+                    mv = _min_values_short(new_req, ts, idx_k)
             if mv is not None and not self.min_values_best_effort:
                 return 0, None, None, mv
-        return k, new_req, idx, None
+        return k, new_req, idx_k, None
 
     def _commit(self, cls: _Class, claim: _Claim, n: int, new_req: Requirements, new_idx: np.ndarray) -> None:
         taken, cls.pods = cls.pods[:n], cls.pods[n:]
@@ -736,8 +773,18 @@ class Scheduler:
                 if not len(idx):
                     reasons.append(f'incompatible with nodepool "{tpl.nodepool}", all available instance types exceed limits for nodepool')
                     continue
+            if self.remaining_nodes.get(tpl.nodepool, 1) <= 0:
+                reasons.append(f'incompatible with nodepool "{tpl.nodepool}", node limits have been exhausted for nodepool')
+                continue
+            idx = idx[(ts.label_mask(tpl.requirements) & ts.offering_mask(tpl.requirements))[idx]]
             if not len(idx):
                 reasons.append(f'incompatible with nodepool "{tpl.nodepool}", no instance types are available')
+                continue
+            idx = idx[ts.fits_daemons[idx]]
+            if not len(idx):
+                daemon = {k: v for k, v in tpl.daemon_overhead.items() if v}
+                reasons.append(f'incompatible with nodepool "{tpl.nodepool}", daemonset overhead={_fmt_res(daemon)}, '
+                               f"no instance type has room for the daemonsets")
                 continue
             self._seq += 1
             claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq)
@@ -749,6 +796,8 @@ class Scheduler:
             self.claims.append(claim)
             if rem is not None:
                 self.remaining[tpl.nodepool] = rem - ts.capacity[claim.idx].max(axis=0)
+            if tpl.nodepool in self.remaining_nodes:
+                self.remaining_nodes[tpl.nodepool] -= 1
             return True, None
         if not self.tstates:
             return False, "no nodepools found"
@@ -777,6 +826,54 @@ class Scheduler:
         r = (req or target.req).get(key)
         return sorted(x for x in self.universe(key) if r.has(x))
 
+    def _eligible_domains(self, key: str, cls: _Class, policy: tuple[str, str]) -> list[str]:
+        """The domains a spread's minimum is taken over, per its node inclusion policies.
+
+        nodeAffinityPolicy Honor (the default) keeps only domains of nodes, and of what
+        NodePools can launch, that match the pod's required node selector and affinity;
+        nodeTaintsPolicy Honor also drops those whose taints the pod does not tolerate.
+        """
+        affinity_policy, taints_policy = policy
+        strict = cls.strict if affinity_policy == "Honor" else Requirements()
+        tolerations = cls.tolerations if taints_policy == "Honor" else None
+        ck = (key, strict.signature(), affinity_policy, tolerations)
+        hit = self._eligible_cache.get(ck)
+        if hit is not None:
+            return hit
+        out: set[str] = set()
+        for n in self.nodes:
+            v = n.domain(key)
+            if v is None:
+                continue
+            if tolerations is not None and tolerates_all(tolerations, [t for t in n.node.taints if t.effect != "PreferNoSchedule"]) is not None:
+                continue
+            if len(strict) and not strict.satisfied_by_labels({**n.node.labels, LABEL_HOSTNAME: n.hostname}):
+                continue
+            out.add(v)
+        for ts in self.tstates:
+            tpl = ts.tpl
+            if tolerations is not None and tolerates_all(tolerations, [t for t in tpl.taints if t.effect != "PreferNoSchedule"]) is not None:
+                continue
+            if len(strict) and tpl.requirements.compatible(strict, allow_undefined=tpl.well_known_labels) is not None:
+                continue
+            both = tpl.requirements.union(strict) if len(strict) else tpl.requirements
+            mask = ts.label_mask(both) & ts.offering_mask(both) & ts.fits_daemons
+            r = both.get(key)
+            types = [ts.types[i] for i in np.flatnonzero(mask)]
+            if key == LABEL_ZONE:
+                cr = both.get(LABEL_CAPACITY_TYPE)
+                out.update(o.zone for it in types for o in it.offerings if o.available and r.has(o.zone) and cr.has(o.capacity_type))
+            elif key == LABEL_CAPACITY_TYPE:
+                zr = both.get(LABEL_ZONE)
+                out.update(o.capacity_type for it in types for o in it.offerings if o.available and r.has(o.capacity_type) and zr.has(o.zone))
+            elif key in ts.label_keys:
+                out.update(it.labels[key] for it in types if key in it.labels and r.has(it.labels[key]))
+            elif not r.complement:
+                out.update(r.values)
+        result = sorted(out)
+        self._eligible_cache[ck] = result
+        return result
+
     def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None) -> tuple[int, Requirements | None]:
         """How many of the class the target can take under topology rules, and the narrowed requirements."""
         narrowed = req
@@ -792,10 +889,8 @@ class Scheduler:
                 if k <= 0:
                     return 0, None
                 continue
-            eligible = self.universe(key)
-            pr = pod_reqs.get(key) if policy == "Honor" else None
-            if pr is not None:
-                eligible = [d for d in eligible if pr.has(d)]
+            eligible = self._eligible_domains(key, cls, policy)
+            pr = pod_reqs.get(key)
             counts = g.counts
             if g.min_domains is not None and len(eligible) < g.min_domains:
                 gmin = 0
@@ -887,7 +982,7 @@ class Scheduler:
             elif g.kind == ANTI_AFFINITY:
                 for x in self._possible(target, g.key, None):
                     g.record(x, n)
-        for g, _ in cls.antis:
+        for g in cls.required_antis:
             d = target.domain(g.key)
             if d is not None:
                 g.record_owner(d, n)
@@ -948,7 +1043,7 @@ class Scheduler:
             types = [ts.types[i] for i in range(len(ts.types)) if prices[i] <= cap]
             sub_tpl = NodeClaimTemplate(
                 tpl.nodepool, tpl.weight, claim.req, tpl.taints, tpl.startup_taints, tpl.labels, types,
-                tpl.daemon_overhead, None, tpl.well_known_labels, tpl.nodeclass,
+                tpl.daemon_overhead, None, tpl.well_known_labels, tpl.nodeclass, tpl.daemon_pods,
             )
             sub = Scheduler([sub_tpl], hostname_prefix=f"{claim.hostname}-", refine=False)
             r = sub.solve(claim.pods)
@@ -978,11 +1073,23 @@ class Scheduler:
         idx = claim.idx
         prices = ts.prices(req)[idx]
         order = np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]
-        types = [ts.types[int(idx[i])] for i in order]
+        kept = idx[order]
+        types = [ts.types[int(i)] for i in kept]
         final = req.copy()
         final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
-        requests = {self.rnames[j]: v for j, v in enumerate(claim.used.tolist()) if v}
+        total = claim.used + ts.daemon[int(kept[0])] if len(kept) else claim.used
+        requests = {self.rnames[j]: v for j, v in enumerate(total.tolist()) if v}
         return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests)
+
+    def _truncation_breaks_min_values(self, claim: _Claim) -> str | None:
+        """Upstream sends at most 60 instance types; minValues must still hold on those."""
+        if not _has_min_values(claim.req) or self.min_values_best_effort:
+            return None
+        ts = claim.ts
+        idx = claim.idx
+        prices = ts.prices(claim.req)[idx]
+        kept = idx[np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]]
+        return _min_values_short(claim.req, ts, kept)
 
 
 def _domain_of(target, key: str, req: Requirements) -> str | None:

@@ -702,7 +702,7 @@ class Simulation:
             noms = nominated.get(c.name, [])
             existing.append(ExistingNode(
                 name=c.name, labels=labels, taints=c.template.taints, allocatable=c.instance_type.allocatable,
-                requested=res.add(c.template.daemon_overhead, res.total(p.info.requests for p in noms)),
+                requested=res.add(_daemons_on(c.template.daemon_pods, labels), res.total(p.info.requests for p in noms)),
                 nodepool=c.nodepool, bound_pods=[p.info for p in noms], initialized=False,
             ))
         return existing, []
@@ -859,6 +859,18 @@ class Simulation:
                         p.phase = "Pending"
                         p.obj["spec"].pop("nodeName", None)
         self.last_action = self.now
+
+
+def _daemons_on(daemons: Iterable[PodInfo], labels: Mapping[str, str]) -> dict[str, int]:
+    """Requests of the DaemonSet pods whose node selector and affinity match these node labels."""
+    out: dict[str, int] = {}
+    for d in daemons:
+        if not d.node_selector.satisfied_by_labels(labels):
+            continue
+        if d.required_terms and not any(t.satisfied_by_labels(labels) for t in d.required_terms):
+            continue
+        out = res.add(out, d.requests)
+    return out
 
 
 def _daemon_runs_on(info: PodInfo, node: NodeRec) -> bool:
