@@ -264,11 +264,16 @@ def render_table(sim: Simulation, width: int = 160) -> str:
                   + ("   (* spot price estimated by the catalog)" if estimated else ""))
     console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending")
     if s["pendingPods"]:
-        pt = Table(title="Pending pods", title_justify="left")
-        pt.add_column("POD")
-        pt.add_column("WHY", overflow="fold")
+        # pods pending for the same reason are shown together
+        by_reason: dict[str, list[str]] = {}
         for p in s["pendingPods"]:
-            pt.add_row(f"{p['namespace']}/{p['name']}", p["message"])
+            by_reason.setdefault(p["message"], []).append(f"{p['namespace']}/{p['name']}")
+        pt = Table(title="Pending pods", title_justify="left")
+        pt.add_column("PODS", overflow="fold")
+        pt.add_column("WHY", overflow="fold")
+        for why, names in by_reason.items():
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            pt.add_row(f"{len(names)}: {shown}" if len(names) > 1 else shown, why)
         console.print(pt)
     disruptions = [c for c in sim.claims.values() if c.deleted is not None and not c.launch_failed]
     if disruptions:

@@ -217,7 +217,16 @@ class Simulation:
             key = (kind, ns, p["name"])
             obj = self.objects.get(key)
             if obj is not None:
-                self.apply(_merge_patch(copy.deepcopy(obj), p.get("merge") or {}))
+                patched = _merge_patch(copy.deepcopy(obj), p.get("merge") or {})
+                patched.pop("status", None)
+                from ..api.loader import validate_object
+
+                doc, errors = validate_object(patched, file="Scenario patch", old=obj)
+                if errors:
+                    # the API server would refuse the patch; the cluster carries on unchanged
+                    self.event(kind, p["name"], "PatchRejected", "; ".join(str(e) for e in errors), "Warning", ns)
+                else:
+                    self.apply(doc.obj if doc is not None else patched)
         elif "delete" in step:
             d = step["delete"]
             kind = d["kind"]
@@ -765,7 +774,7 @@ class Simulation:
         self.last_action = self.now
         shown = ", ".join(c.options[:5]) + (f" and {len(c.options) - 5} other(s)" if len(c.options) > 5 else "")
         self.event("NodeClaim", name, "Created",
-                   f"created nodeclaim for {len(nc.pods)} pod(s), requests {res.format_resource_list(nc.requests)}, "
+                   f"created nodeclaim for {len(nc.pods)} pod(s), requests {_fmt_requests(nc.requests)}, "
                    f"instance-types {shown}")
         for p in nc.pods:
             rec = self.pods[p.key]
@@ -800,7 +809,7 @@ class Simulation:
         self.event("NodeClaim", name, "Launched",
                    f"launched {it.name} ({o.capacity_type}, {o.zone}) at ${o.price:.4f}/h{cheaper_note}: the cheapest "
                    f"{o.capacity_type} offering of {len(c.options)} compatible instance type(s) for "
-                   f"{len(nc.pods)} pod(s) requesting {res.format_resource_list(nc.requests)}")
+                   f"{len(nc.pods)} pod(s) requesting {_fmt_requests(nc.requests)}")
         self.at(self.now + provider.registration_delay(nodeclass), "register", name)
 
     def _on_register(self, name: str) -> None:
@@ -859,6 +868,10 @@ class Simulation:
                         p.phase = "Pending"
                         p.obj["spec"].pop("nodeName", None)
         self.last_action = self.now
+
+
+def _fmt_requests(r: Mapping[str, int]) -> str:
+    return "{" + ",".join(f'"{k}":"{v}"' for k, v in res.format_resource_list(r).items()) + "}"
 
 
 def _daemons_on(daemons: Iterable[PodInfo], labels: Mapping[str, str]) -> dict[str, int]:
