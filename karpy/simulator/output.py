@@ -251,7 +251,8 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             price = _price(c.offering.price) + ("*" if c.offering.price_estimated else "")
             estimated |= c.offering.price_estimated
         state = "launch failed" if c.launch_failed else (
-            f"deleted {fmt_time(c.deleted)} ({c.disruption_reason})" if c.deleted is not None else ("ready" if c.initialized else "launching"))
+            f"deleted: {c.disruption_reason or 'Deleted'}" if c.deleted is not None else (
+                "deleting" if c.deleting_since is not None else ("ready" if c.initialized else "launching")))
         t.add_row(
             c.name, c.nodepool, it.name if it else "-", c.offering.capacity_type if c.offering else "-",
             c.offering.zone if c.offering else "-", it.labels.get("kubernetes.io/arch", "-") if it else "-",
@@ -278,9 +279,14 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     disruptions = [c for c in sim.claims.values() if c.deleted is not None and not c.launch_failed]
     if disruptions:
         dt = Table(title="Disruptions", title_justify="left")
-        for col in ("TIME", "NODECLAIM", "REASON"):
-            dt.add_column(col)
+        for col in ("STARTED", "DELETED", "NODECLAIM", "REASON", "REPLACED BY", "$/HOUR BEFORE", "$/HOUR AFTER"):
+            dt.add_column(col, justify="right" if col.startswith("$") else "left")
         for c in sorted(disruptions, key=lambda c: (c.deleted, c.name)):
-            dt.add_row(fmt_time(c.deleted), c.name, c.disruption_reason or "Deleted")
+            dt.add_row(
+                fmt_time(c.deleting_since if c.deleting_since is not None else c.deleted), fmt_time(c.deleted), c.name,
+                c.disruption_reason or "Deleted", ", ".join(c.replaced_by) or "-",
+                _price(c.cost_before) if c.cost_before is not None else "-",
+                _price(c.cost_after) if c.cost_after is not None else "-",
+            )
         console.print(dt)
     return buf.getvalue()

@@ -44,6 +44,8 @@ from ..provisioning.templates import build_template, nodepool_taints
 from ..scheduling.pods import PodInfo, Taint, Toleration, compile_pod, untolerated
 from ..scheduling.requirements import Requirements
 from ..scheduling.scheduler import ExistingNode, NodeClaimTemplate, Results, Scheduler
+from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
+from .lifecycle import Lifecycle
 from .names import NameGenerator
 from .workloads import WORKLOAD_KINDS, desired_replicas, new_pod_names, pod_from_template, replicaset_name
 
@@ -114,6 +116,19 @@ class ClaimRec:
     options: list[str] = field(default_factory=list)
     provider: str = ""
     hostname: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    node_annotations: dict[str, str] = field(default_factory=dict)
+    last_pod_event: float | None = None
+    drifted: str | None = None
+    drifted_since: float | None = None
+    marked: bool = False  # claimed by a disruption command or a deletion
+    deleting_since: float | None = None
+    deadline: float | None = None  # when the drain stops waiting (terminationGracePeriod)
+    expire_after: float | None = None
+    tgp: float | None = None
+    cost_before: float | None = None  # cluster $/h when its disruption started
+    cost_after: float | None = None  # cluster $/h once it was gone
+    replaced_by: list[str] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -131,9 +146,10 @@ class NodeRec:
     unschedulable: bool = False
 
 
-class Simulation:
+class Simulation(Lifecycle):
     def __init__(self, documents: Iterable[Any], region: str | None = None, until: float = 3600.0):
         self.events: list[dict] = []
+        self.version = 0
         self.names = NameGenerator()
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.pods: dict[str, PodRec] = {}
@@ -170,6 +186,12 @@ class Simulation:
         self.ice: dict[tuple[str, str, str], float] = {}
         self._info_cache: dict[str, PodInfo] = {}
         self.region_by_provider: dict[str, str] = {}
+        self._init_lifecycle()
+
+    def touch(self) -> None:
+        """Something changed: remember when (for settling) and bump the state version (for the disruption engine)."""
+        self.last_action = self.now
+        self.version += 1
 
     # --- clock and timers ------------------------------------------------------------
     def at(self, t: float, action: str, arg: Any = None) -> None:
@@ -245,8 +267,7 @@ class Simulation:
                 self.ice.clear()
                 self.tried.clear()
         elif "interrupt" in step:
-            # Interruption handling belongs to the disruption controllers.
-            self.event("Scenario", "interrupt", "Unsupported", "interruption is not simulated yet", "Warning")
+            self.interrupt(step["interrupt"])
         self.reconcile()
 
     def run_until(self, t_end: float) -> None:
@@ -263,12 +284,17 @@ class Simulation:
                 getattr(self, f"_on_{action}")(arg)
 
     def run_until_settled(self) -> None:
+        """Run until nothing has happened for 15 minutes and only the periodic disruption
+        check is left to run, or until ``--until``."""
         while True:
             self.reconcile()
             if not self.timers:
                 break
             t = self.timers[0][0]
             if t > self.until:
+                break
+            only_polling = all(action == "disrupt" for _, _, action, _ in self.timers)
+            if only_polling and t >= self.last_action + SETTLE_QUIET and not self.orchestrating and self.validating is None:
                 break
             self.now = max(self.now, t)
             while self.timers and self.timers[0][0] <= self.now:
@@ -323,11 +349,21 @@ class Simulation:
         if kind == "NodePool":
             for c in list(self.claims.values()):
                 if c.nodepool == key[2] and c.deleted is None:
-                    self._terminate_claim(c, None)
+                    self.delete_claim(c, None)
 
     def _delete_pod(self, p: PodRec) -> None:
         self.pods.pop(p.key, None)
-        self.last_action = self.now
+        self._pod_event(p)
+        self.touch()
+
+    def _pod_event(self, p: PodRec) -> None:
+        """A pod arrived on or left a node: its NodeClaim's consolidateAfter clock restarts."""
+        if p.node is None or p.daemon:
+            return
+        n = self.nodes.get(p.node)
+        c = self.claims.get(n.claim) if n is not None and n.claim else None
+        if c is not None:
+            c.last_pod_event = self.now
 
     def _priority(self, spec: Mapping) -> int:
         name = spec.get("priorityClassName")
@@ -359,7 +395,7 @@ class Simulation:
         self.pods[rec.key] = rec
         if node:
             self._bind(rec, node, quiet=True)
-        self.last_action = self.now
+        self.touch()
         return rec
 
     def _volume_requirements(self, pod: Mapping) -> Requirements | None:
@@ -565,19 +601,25 @@ class Simulation:
         p.message = None
         p.obj.setdefault("spec", {})["nodeName"] = node
         self.tried.discard(p.key)
+        self._pod_event(p)
         if not quiet:
             self.event("Pod", p.info.name, "Scheduled", f"Successfully assigned {p.key} to {node}", namespace=p.info.namespace)
-        self.last_action = self.now
+        self.touch()
         run_for = ((p.obj.get("metadata") or {}).get("annotations") or {}).get(RUN_FOR)
         if run_for:
             self.at(self.now + res.parse_duration(run_for), "pod_done", p.key)
+
+    def _leaving(self, n: NodeRec) -> bool:
+        c = self.claims.get(n.claim) if n.claim else None
+        return c is not None and (c.marked or c.deleting_since is not None)
 
     def _on_pod_done(self, key: str) -> None:
         p = self.pods.get(key)
         if p is None or p.phase != "Running":
             return
         p.phase = "Succeeded"
-        self.last_action = self.now
+        self._pod_event(p)
+        self.touch()
         if p.owner and p.owner[0] == "Job":
             job = self.objects.get(("Job", p.info.namespace, p.owner[1]))
             if job is not None:
@@ -592,9 +634,27 @@ class Simulation:
 
     # --- provisioning ------------------------------------------------------------------------
     def _provisionable(self) -> list[PodRec]:
+        """Pending pods Karpenter should find capacity for, and the pods of nodes being deleted
+        (capacity for them is launched while their node drains)."""
         out = []
+        leaving = {c.node for c in self.claims.values() if c.deleting_since is not None and c.deleted is None and c.node}
         for p in self.pods.values():
-            if p.node is not None or p.phase != "Pending" or p.daemon:
+            if p.daemon:
+                continue
+            if p.node is not None:
+                if p.node not in leaving or p.phase != "Running" or (p.owner and p.owner[0] == "Node"):
+                    continue
+                if p.nominated:
+                    c = self.claims.get(p.nominated)
+                    if c is not None and c.deleted is None:
+                        continue
+                    n = self.nodes.get(p.nominated)
+                    if n is not None and p.nominated != p.node and not self._leaving(n):
+                        continue
+                    p.nominated = None
+                out.append(p)
+                continue
+            if p.phase != "Pending":
                 continue
             if p.nominated:
                 c = self.claims.get(p.nominated)
@@ -703,7 +763,10 @@ class Simulation:
                 nominated.setdefault(p.nominated, []).append(p)
         existing: list[ExistingNode] = []
         for n in sorted(self.nodes.values(), key=lambda n: (n.created, n.name)):
-            existing.append(self._existing_node(n, usage.get(n.name, []), True, nominated.get(n.name, [])))
+            e = self._existing_node(n, usage.get(n.name, []), True, nominated.get(n.name, []))
+            if self._leaving(n):
+                e.schedulable = False
+            existing.append(e)
         for c in self.claims.values():
             if c.deleted is not None or c.node is not None or c.instance_type is None:
                 continue
@@ -763,21 +826,31 @@ class Simulation:
         labels.pop(LABEL_HOSTNAME, None)
         return labels
 
-    def _launch(self, nc, nodeclass: dict, provider) -> None:
+    def _launch(self, nc, nodeclass: dict, provider, nominate: bool = True) -> ClaimRec:
         name = self.names.generate(f"{nc.template.nodepool}-")
+        np_obj = self.objects.get(("NodePool", "", nc.template.nodepool)) or {}
+        tspec = ((np_obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        expire = tspec.get("expireAfter", "720h")
+        tgp = tspec.get("terminationGracePeriod")
         c = ClaimRec(
             name=name, nodepool=nc.template.nodepool, nodeclass=nodeclass, template=nc.template,
             requirements=nc.requirements, requests=nc.requests, created=self.now,
             options=[it.name for it in nc.instance_types], provider=provider.name,
+            annotations={NODEPOOL_HASH: nodepool_hash(np_obj), NODEPOOL_HASH_VERSION: HASH_VERSION,
+                         NODECLASS_HASH: nodeclass_hash(nodeclass)},
+            expire_after=None if expire in (None, "Never") else res.parse_duration(expire),
+            tgp=None if tgp in (None, "Never") else res.parse_duration(tgp),
         )
         self.claims[name] = c
-        self.last_action = self.now
+        self.touch()
         shown = ", ".join(c.options[:5]) + (f" and {len(c.options) - 5} other(s)" if len(c.options) > 5 else "")
         self.event("NodeClaim", name, "Created",
                    f"created nodeclaim for {len(nc.pods)} pod(s), requests {_fmt_requests(nc.requests)}, "
                    f"instance-types {shown}")
-        for p in nc.pods:
-            rec = self.pods[p.key]
+        for p in nc.pods if nominate else ():
+            rec = self.pods.get(p.key)
+            if rec is None:
+                continue
             rec.nominated = name
             self.event("Pod", p.name, "Nominated", f"Pod should schedule on: nodeclaim/{name}", namespace=p.namespace)
         candidates = launch_candidates(nc.requirements, nc.instance_types, self._known_unavailable)
@@ -801,7 +874,7 @@ class Simulation:
                 if rec is not None and rec.nominated == name:
                     rec.nominated = None
                     self.tried.discard(p.key)
-            return
+            return c
         it, o = c.instance_type, c.offering
         cheaper_note = ""
         if o.price_estimated:
@@ -811,6 +884,9 @@ class Simulation:
                    f"{o.capacity_type} offering of {len(c.options)} compatible instance type(s) for "
                    f"{len(nc.pods)} pod(s) requesting {_fmt_requests(nc.requests)}")
         self.at(self.now + provider.registration_delay(nodeclass), "register", name)
+        self.record_cost()
+        self._ensure_tick()
+        return c
 
     def _on_register(self, name: str) -> None:
         c = self.claims.get(name)
@@ -839,7 +915,8 @@ class Simulation:
         n.ready = True
         c.initialized = self.now
         self.event("NodeClaim", c.name, "Initialized", "Status condition transitioned, Type: Initialized, Status: True")
-        self.last_action = self.now
+        self.touch()
+        self._progress_commands()
 
     def _node_name(self, c: ClaimRec, provider) -> str:
         if provider.name == "azure":
@@ -854,20 +931,6 @@ class Simulation:
         self.names.reserve(name)
         return name
 
-    def _terminate_claim(self, c: ClaimRec, reason: str | None) -> None:
-        c.deleted = self.now
-        c.disruption_reason = reason
-        if c.node and c.node in self.nodes:
-            node = self.nodes.pop(c.node)
-            for p in list(self.pods.values()):
-                if p.node == node.name:
-                    if p.daemon:
-                        self.pods.pop(p.key, None)
-                    else:
-                        p.node = None
-                        p.phase = "Pending"
-                        p.obj["spec"].pop("nodeName", None)
-        self.last_action = self.now
 
 
 def _fmt_requests(r: Mapping[str, int]) -> str:

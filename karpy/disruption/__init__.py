@@ -1,0 +1,1 @@
+"""Disruption: deciding which nodes to remove or replace (consolidation, drift), within budgets."""

@@ -1,0 +1,100 @@
+"""Disruption budgets: how many of a NodePool's nodes may be disrupted right now, and why not.
+
+A budget allows ``nodes`` (a count, or a percentage of the NodePool's nodes
+rounded up) while it is active: always, or from each firing of its cron
+``schedule`` (UTC) for ``duration``. It applies to the ``reasons`` it lists
+(all when unset). The NodePool allows the minimum over its active budgets that
+apply to the reason; nodes already being disrupted (deleting, or not Ready)
+are counted against it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Mapping
+
+from croniter import croniter
+
+from .. import resources as res
+
+UNLIMITED = 2**31 - 1
+REASONS = ("Underutilized", "Empty", "Drifted")
+
+
+def _active(budget: Mapping, now: float) -> bool:
+    schedule = budget.get("schedule")
+    duration = budget.get("duration")
+    if not schedule and not duration:
+        return True
+    if not schedule or not duration:
+        raise ValueError("schedule and duration must be set together")
+    length = res.parse_duration(duration)
+    now_dt = datetime.fromtimestamp(now, tz=timezone.utc)
+    checkpoint = now_dt - timedelta(seconds=length)
+    fire = croniter(schedule, checkpoint).get_next(datetime)
+    return fire <= now_dt
+
+
+def allowed_by_budget(budget: Mapping, num_nodes: int, now: float) -> int:
+    """Nodes this one budget allows to be disrupted (UNLIMITED when it is not active)."""
+    if not _active(budget, now):
+        return UNLIMITED
+    nodes = str(budget.get("nodes", "10%"))
+    if nodes.endswith("%"):
+        pct = int(nodes[:-1])
+        return math.ceil(pct * num_nodes / 100)
+    return int(nodes)
+
+
+def allowed_disruptions(nodepool: Mapping, num_nodes: int, reason: str, now: float) -> int:
+    """Nodes of this NodePool that may be disrupted for ``reason`` now (before subtracting those in progress).
+
+    A budget that cannot be evaluated blocks every reason, as upstream fails closed.
+    """
+    budgets = ((nodepool.get("spec") or {}).get("disruption") or {}).get("budgets")
+    if budgets is None:
+        budgets = [{"nodes": "10%"}]
+    allowed = UNLIMITED
+    try:
+        for b in budgets:
+            value = allowed_by_budget(b, num_nodes, now)
+            reasons = b.get("reasons")
+            if reasons is not None and reason not in reasons:
+                continue
+            allowed = min(allowed, value)
+    except (ValueError, KeyError):
+        return 0
+    return allowed
+
+
+def budget_mapping(nodepools: Mapping[str, Mapping], nodes, reason: str, now: float) -> dict[str, int]:
+    """Per NodePool, how many more nodes may start disruption for ``reason``.
+
+    ``nodes`` are the managed nodes (:class:`karpy.disruption.state.NodeState`);
+    only initialized ones that are not already terminating count toward the total,
+    and those deleting or not Ready are already using the budget.
+    """
+    total: dict[str, int] = {}
+    disrupting: dict[str, int] = {}
+    for n in nodes:
+        if n.nodeclaim is None or not n.initialized or n.terminating or n.nodepool is None:
+            continue
+        total[n.nodepool] = total.get(n.nodepool, 0) + 1
+        if not n.ready or n.marked_for_deletion:
+            disrupting[n.nodepool] = disrupting.get(n.nodepool, 0) + 1
+    out: dict[str, int] = {}
+    for name, np in nodepools.items():
+        allowed = allowed_disruptions(np, total.get(name, 0), reason, now)
+        out[name] = max(allowed - disrupting.get(name, 0), 0)
+    return out
+
+
+def blocked_nodepools(nodepools: Mapping[str, Mapping], nodes, reason: str, now: float) -> list[str]:
+    """NodePools with nodes whose budgets allow no disruption for ``reason`` at all (an event is due)."""
+    counts: dict[str, int] = {}
+    for n in nodes:
+        if n.nodeclaim is not None and n.initialized and not n.terminating and n.nodepool:
+            counts[n.nodepool] = counts.get(n.nodepool, 0) + 1
+    return sorted(name for name, np in nodepools.items()
+                  if counts.get(name, 0) and allowed_disruptions(np, counts[name], reason, now) == 0)

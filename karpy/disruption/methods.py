@@ -1,0 +1,491 @@
+"""Disruption methods and the controller that runs them, as upstream Karpenter v1 does.
+
+Each pass tries, in order, **emptiness** (delete empty nodes), **drift**
+(replace nodes that no longer match their NodePool or NodeClass),
+**multi-node consolidation** (delete several nodes, possibly replacing them by
+one cheaper node) and **single-node consolidation** (delete or replace one
+node by a cheaper one); the first method that finds something to do ends the
+pass. Consolidation decisions come from the same scheduling simulation that
+provisioning uses: the candidates' pods must all fit on the remaining nodes
+plus at most one new NodeClaim, which must be strictly cheaper than what it
+replaces. Every decision respects the NodePools' disruption budgets.
+
+The engine is pure: :meth:`DisruptionEngine.step` reads a
+:class:`~karpy.disruption.state.ClusterSnapshot` and returns a command and the
+events to emit; the simulator (or a controller) carries them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..cloudprovider.types import (
+    CAPACITY_ON_DEMAND,
+    CAPACITY_RESERVED,
+    CAPACITY_SPOT,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_ZONE,
+    InstanceType,
+)
+from ..scheduling.requirements import IN, Requirement, Requirements
+from ..scheduling.scheduler import NewNodeClaim, Results, Scheduler
+from .budgets import budget_mapping, blocked_nodepools
+from .candidates import (
+    EVENTUAL,
+    GRACEFUL,
+    Candidate,
+    build_candidates,
+    currently_reschedulable,
+    sentence,
+    sort_for_consolidation,
+    sort_for_drift,
+)
+from .state import ClusterSnapshot, NodeState
+
+EMPTY = "Empty"
+DRIFTED = "Drifted"
+UNDERUTILIZED = "Underutilized"
+
+VALIDATION_DELAY = 15.0  # seconds a consolidation waits before re-checking and acting
+POLL_PERIOD = 10.0
+MULTI_NODE_MAX = 100
+SPOT_TO_SPOT_MIN_TYPES = 15
+FORCED_RECHECK = 300.0  # a method that found nothing is retried after this long even if nothing changed
+BALANCED_THRESHOLD = 0.5
+
+
+@dataclass(eq=False)
+class Command:
+    reason: str  # Empty | Drifted | Underutilized
+    method: str  # emptiness | drift | multi | single
+    candidates: list[Candidate]
+    replacements: list[NewNodeClaim]
+    savings: float = 0.0
+    results: Results | None = None
+
+    @property
+    def decision(self) -> str:
+        return "replace" if self.replacements else "delete"
+
+    def describe(self) -> str:
+        names = ", ".join(c.name for c in self.candidates)
+        if not self.replacements:
+            return f"delete [{names}]"
+        reps = ", ".join(r.instance_types[0].name if r.instance_types else "?" for r in self.replacements)
+        return f"replace [{names}] -> [{reps}]"
+
+
+@dataclass
+class Event:
+    kind: str  # Node | NodePool
+    name: str
+    reason: str
+    message: str
+    etype: str = "Normal"
+
+
+@dataclass
+class StepResult:
+    command: Command | None
+    events: list[Event] = field(default_factory=list)
+
+
+# --- prices -------------------------------------------------------------------------------
+
+
+def _offerings(it: InstanceType, reqs: Requirements):
+    zr = reqs.get(LABEL_ZONE)
+    cr = reqs.get(LABEL_CAPACITY_TYPE)
+    return [o for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)]
+
+
+def cheapest_launch_price(it: InstanceType, reqs: Requirements) -> float:
+    offers = _offerings(it, reqs)
+    return min((o.price for o in offers), default=float("inf"))
+
+
+def worst_launch_price(it: InstanceType, reqs: Requirements) -> float:
+    """The dearest offering the launch might land on, in the capacity type the provider would pick."""
+    offers = _offerings(it, reqs)
+    for ct in (CAPACITY_RESERVED, CAPACITY_SPOT, CAPACITY_ON_DEMAND):
+        prices = [o.price for o in offers if o.capacity_type == ct]
+        if prices:
+            return max(prices)
+    return float("inf")
+
+
+def _consolidate_after(np: dict) -> str:
+    return str(((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s"))
+
+
+def _policy(np: dict) -> str:
+    return str(((np.get("spec") or {}).get("disruption") or {}).get("consolidationPolicy", "WhenEmptyOrUnderutilized"))
+
+
+# --- scheduling simulation ----------------------------------------------------------------
+
+
+@dataclass
+class Simulation:
+    results: Results
+    ok: bool
+    why: str | None
+
+
+def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool) -> Simulation:
+    """Where would the candidates' pods go if the candidates were gone?"""
+    names = {c.name for c in candidates}
+    destinations = []
+    moving = []
+    for n in snapshot.nodes:
+        if n.name in names:
+            continue
+        if n.marked_for_deletion or n.terminating:
+            moving.extend(p.info for p in n.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now))
+            continue
+        if consolidation and n.managed and getattr(n, "under_consolidate_after", False):
+            continue  # recently changed nodes do not take consolidated pods
+        destinations.append(n.existing)
+    own = [p.info for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    pods = list(snapshot.pending_pods) + moving + own
+    sched = Scheduler(snapshot.templates, destinations, refine=False, hostname_prefix="disruption-placeholder")
+    r = sched.solve(pods)
+    pending = {p.key for p in snapshot.pending_pods}
+    failed = [k for k in r.errors if k not in pending]
+    if failed:
+        shown = ", ".join(f"{k} => {r.errors[k]}" for k in failed[:5])
+        more = f" and {len(failed) - 5} other(s)" if len(failed) > 5 else ""
+        return Simulation(r, False, f"not all pods would schedule, {shown}{more}")
+    uninitialized = {n.existing.name for n in snapshot.nodes if not n.initialized}
+    own_keys = {p.key for p in own}
+    for target, infos in r.existing.items():
+        if target in uninitialized and any(p.key in own_keys for p in infos):
+            return Simulation(r, False, f"not all pods would schedule, would schedule against uninitialized node/{target}")
+    return Simulation(r, True, None)
+
+
+# --- the engine ---------------------------------------------------------------------------
+
+
+class DisruptionEngine:
+    """Runs the disruption methods over snapshots; remembers which methods found nothing to do."""
+
+    def __init__(self) -> None:
+        # method -> (state version, time) of its last no-op that budgets did not constrain
+        self._consolidated: dict[str, tuple[int, float]] = {}
+
+    def _skip(self, method: str, version: int, now: float) -> bool:
+        seen = self._consolidated.get(method)
+        return seen is not None and seen[0] == version and now - seen[1] < FORCED_RECHECK
+
+    def _mark(self, method: str, version: int, now: float) -> None:
+        self._consolidated[method] = (version, now)
+
+    def step(self, snapshot: ClusterSnapshot, version: int = 0) -> StepResult:
+        out = StepResult(None)
+        for method in ("emptiness", "drift", "multi", "single"):
+            if method != "drift" and self._skip(method, version, snapshot.now):
+                continue
+            cmd, constrained = getattr(self, f"_{method}")(snapshot, out.events)
+            if cmd is not None:
+                out.command = cmd
+                return out
+            if method != "drift" and not constrained:
+                self._mark(method, version, snapshot.now)
+        return out
+
+    # --- candidate filters ----------------------------------------------------------
+    def _candidates(self, snapshot: ClusterSnapshot, klass: str, events: list[Event]) -> list[Candidate]:
+        raw: list[tuple[str, str, str]] = []
+        cands = build_candidates(snapshot, klass, raw)
+        events.extend(Event("Node", n, r, m) for n, r, m in raw)
+        return cands
+
+    def _empty_filter(self, c: Candidate, events: list[Event]) -> bool:
+        if _consolidate_after(c.nodepool) == "Never":
+            if c.empty:
+                events.append(Event("Node", c.name, "Unconsolidatable", f'NodePool "{c.node.nodepool}" has consolidation disabled'))
+            return False
+        return c.empty and c.node.consolidatable
+
+    def _consolidation_filter(self, c: Candidate, events: list[Event]) -> bool:
+        np_name = c.node.nodepool
+        if c.node.instance_type is None:
+            events.append(Event("Node", c.name, "Unconsolidatable",
+                                f'Instance Type "{c.node.labels.get(LABEL_INSTANCE_TYPE, "")}" not found'))
+            return False
+        if not c.node.capacity_type:
+            events.append(Event("Node", c.name, "Unconsolidatable", f'Node does not have label "{LABEL_CAPACITY_TYPE}"'))
+            return False
+        if not c.node.zone:
+            events.append(Event("Node", c.name, "Unconsolidatable", f'Node does not have label "{LABEL_ZONE}"'))
+            return False
+        if _consolidate_after(c.nodepool) == "Never":
+            events.append(Event("Node", c.name, "Unconsolidatable", f'NodePool "{np_name}" has consolidation disabled'))
+            return False
+        if c.empty:
+            return False
+        if _policy(c.nodepool) == "WhenEmpty":
+            events.append(Event("Node", c.name, "Unconsolidatable",
+                                f'NodePool "{np_name}" has consolidation policy WhenEmpty, but node is not empty'))
+            return False
+        return c.node.consolidatable
+
+    def _budget_events(self, snapshot: ClusterSnapshot, reason: str, events: list[Event]) -> dict[str, int]:
+        managed = [n for n in snapshot.nodes if n.managed]
+        for np in blocked_nodepools(snapshot.nodepools, managed, reason, snapshot.now):
+            events.append(Event("NodePool", np, "DisruptionBlocked",
+                                f"No allowed disruptions for disruption reason {reason} due to blocking budget"))
+        return budget_mapping(snapshot.nodepools, managed, reason, snapshot.now)
+
+    # --- emptiness --------------------------------------------------------------------
+    def _emptiness(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._empty_filter(c, events)]
+        if not cands:
+            return None, False
+        budgets = self._budget_events(snapshot, EMPTY, events)
+        kept, constrained = [], False
+        for c in sort_for_consolidation(cands):
+            if budgets.get(c.node.nodepool, 0) <= 0:
+                constrained = True
+                continue
+            budgets[c.node.nodepool] -= 1
+            kept.append(c)
+        if not kept:
+            return None, constrained
+        return Command(EMPTY, "emptiness", kept, [], savings=sum(c.price for c in kept)), constrained
+
+    # --- drift --------------------------------------------------------------------------
+    def _drift(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        cands = [c for c in self._candidates(snapshot, EVENTUAL, events) if c.node.drifted]
+        if not cands:
+            return None, False
+        budgets = self._budget_events(snapshot, DRIFTED, events)
+        for c in sort_for_drift(cands):
+            if budgets.get(c.node.nodepool, 0) <= 0:
+                continue
+            sim = simulate(snapshot, [c], consolidation=False)
+            if not sim.ok:
+                events.append(Event("Node", c.name, "DisruptionBlocked", sentence(sim.why or "")))
+                continue
+            return Command(DRIFTED, "drift", [c], list(sim.results.new_nodeclaims), results=sim.results), False
+        return None, False
+
+    # --- consolidation core ----------------------------------------------------------------
+    def compute_consolidation(self, snapshot: ClusterSnapshot, cands: Sequence[Candidate], events: list[Event] | None,
+                              method: str) -> Command | None:
+        single = len(cands) == 1
+
+        def unconsolidatable(msg: str) -> None:
+            if single and events is not None:
+                events.append(Event("Node", cands[0].name, "Unconsolidatable", msg))
+
+        sim = simulate(snapshot, cands, consolidation=True)
+        if not sim.ok:
+            unconsolidatable(sentence(sim.why or ""))
+            return None
+        new = sim.results.new_nodeclaims
+        if not new:
+            return Command(UNDERUTILIZED, method, list(cands), [], savings=sum(c.price for c in cands), results=sim.results)
+        if len(new) > 1:
+            unconsolidatable(f"Can't remove without creating {len(new)} candidates")
+            return None
+        rep = new[0]
+        price = sum(c.price for c in cands)
+        reqs = rep.requirements
+        all_spot = all(c.node.capacity_type == CAPACITY_SPOT for c in cands)
+        if all_spot and reqs.get(LABEL_CAPACITY_TYPE).has(CAPACITY_SPOT):
+            if not snapshot.feature_gates.get("SpotToSpotConsolidation", False):
+                unconsolidatable("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
+                return None
+            reqs = reqs.copy()
+            reqs.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_SPOT]))
+            types = [it for it in rep.instance_types if _offerings(it, reqs)]
+            types = [it for it in types if worst_launch_price(it, reqs) < price]
+            if not types:
+                unconsolidatable("Can't replace with a cheaper node")
+                return None
+            if single:
+                if len(types) < SPOT_TO_SPOT_MIN_TYPES:
+                    unconsolidatable("SpotToSpotConsolidation requires 15 cheaper instance type options than the "
+                                     f"current candidate to consolidate, got {len(types)}")
+                    return None
+                types = types[:SPOT_TO_SPOT_MIN_TYPES]
+        else:
+            types = [it for it in rep.instance_types if worst_launch_price(it, reqs) < price]
+            if not types:
+                unconsolidatable("Can't replace with a cheaper node")
+                return None
+            cr = reqs.get(LABEL_CAPACITY_TYPE)
+            if cr.has(CAPACITY_SPOT) and cr.has(CAPACITY_ON_DEMAND):
+                # a cheaper spot replacement must not fall back to dearer on-demand at launch
+                reqs = reqs.copy()
+                reqs.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_SPOT]))
+                types = [it for it in types if _offerings(it, reqs)]
+                if not types:
+                    unconsolidatable("Can't replace with a cheaper node")
+                    return None
+        reqs = reqs.copy()
+        reqs._reqs[LABEL_INSTANCE_TYPE] = Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types])
+        replacement = NewNodeClaim(rep.template, rep.hostname, reqs, types, rep.pods, rep.requests)
+        savings = price - cheapest_launch_price(types[0], reqs)
+        return Command(UNDERUTILIZED, method, list(cands), [replacement], savings=savings, results=sim.results)
+
+    # --- multi-node ---------------------------------------------------------------------
+    def _multi(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
+        if len(cands) < 2:
+            return None, False
+        budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
+        disruptable, constrained = [], False
+        for c in sort_for_consolidation(cands):
+            if budgets.get(c.node.nodepool, 0) <= 0:
+                constrained = True
+                continue
+            budgets[c.node.nodepool] -= 1
+            disruptable.append(c)
+        if len(disruptable) < 2:
+            return None, constrained
+        max_parallel = min(len(disruptable), MULTI_NODE_MAX)
+        lo, hi = 1, (len(disruptable) - 1 if len(disruptable) <= max_parallel else max_parallel)
+        best: Command | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            batch = disruptable[: mid + 1]
+            cmd = self.compute_consolidation(snapshot, batch, None, "multi")
+            ok = cmd is not None
+            if ok and cmd.replacements:
+                ok = self._filter_same_type(cmd)
+            if ok and not self._balanced_ok(snapshot, cmd, cands):
+                ok = False
+            if ok:
+                best = cmd
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return best, constrained
+
+    def _filter_same_type(self, cmd: Command) -> bool:
+        """Never replace several nodes by one of a type being removed: deleting the others is cheaper."""
+        own: dict[str, float] = {}
+        for c in cmd.candidates:
+            it = c.node.instance_type
+            if it is None:
+                continue
+            own[it.name] = min(own.get(it.name, float("inf")), c.price)
+        rep = cmd.replacements[0]
+        max_price = min((own[it.name] for it in rep.instance_types if it.name in own), default=float("inf"))
+        types = [it for it in rep.instance_types if worst_launch_price(it, rep.requirements) < max_price]
+        if not types:
+            return False
+        if len(types) != len(rep.instance_types):
+            reqs = rep.requirements.copy()
+            reqs._reqs[LABEL_INSTANCE_TYPE] = Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types])
+            cmd.replacements = [NewNodeClaim(rep.template, rep.hostname, reqs, types, rep.pods, rep.requests)]
+        return True
+
+    # --- single-node --------------------------------------------------------------------
+    def _single(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
+        if not cands:
+            return None, False
+        budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
+        constrained = False
+        for c in _interleave_by_nodepool(sort_for_consolidation(cands)):
+            if budgets.get(c.node.nodepool, 0) <= 0:
+                constrained = True
+                continue
+            cmd = self.compute_consolidation(snapshot, [c], events, "single")
+            if cmd is None:
+                continue
+            if not self._balanced_ok(snapshot, cmd, cands):
+                continue
+            return cmd, constrained
+        return None, constrained
+
+    # --- Balanced policy ------------------------------------------------------------------
+    def _balanced_ok(self, snapshot: ClusterSnapshot, cmd: Command, all_cands: Sequence[Candidate]) -> bool:
+        """consolidationPolicy Balanced: the saving must be worth the disruption (score >= 0.5)."""
+        total_price = sum(c.price for c in cmd.candidates) or 1.0
+        for np_name in {c.node.nodepool for c in cmd.candidates}:
+            np = snapshot.nodepools.get(np_name or "") or {}
+            if _policy(np) != "Balanced":
+                continue
+            mine = [c for c in cmd.candidates if c.node.nodepool == np_name]
+            share = cmd.savings * sum(c.price for c in mine) / total_price
+            pool = [c for c in all_cands if c.node.nodepool == np_name]
+            total_cost = sum(c.price for c in pool)
+            total_disruption = sum(_node_disruption(n) for n in snapshot.nodes if n.nodepool == np_name)
+            disruption = sum(c.reschedule_cost for c in mine)
+            if total_cost <= 0 or total_disruption <= 0:
+                return False
+            sf = share / total_cost
+            df = disruption / total_disruption
+            score = 0.0 if sf <= 0 else (float("inf") if df == 0 else sf / df)
+            if score < BALANCED_THRESHOLD:
+                return False
+        return True
+
+    # --- validation ---------------------------------------------------------------------
+    def validate(self, snapshot: ClusterSnapshot, cmd: Command) -> tuple[Command | None, str | None]:
+        """Re-check a command after the validation wait: None and why when it no longer holds."""
+        events: list[Event] = []
+        if cmd.method == "emptiness":
+            cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._empty_filter(c, events)}
+            budgets = budget_mapping(snapshot.nodepools, [n for n in snapshot.nodes if n.managed], EMPTY, snapshot.now)
+            kept = []
+            for c in cmd.candidates:
+                fresh = cands.get(c.name)
+                if fresh is None or fresh.node.nominated or budgets.get(fresh.node.nodepool, 0) <= 0:
+                    continue
+                budgets[fresh.node.nodepool] -= 1
+                kept.append(fresh)
+            if not kept:
+                return None, "churn"
+            return Command(EMPTY, "emptiness", kept, [], savings=sum(c.price for c in kept)), None
+        if cmd.method in ("multi", "single"):
+            cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)}
+            fresh = [cands.get(c.name) for c in cmd.candidates]
+            if any(f is None for f in fresh):
+                return None, "churn"
+            budgets = budget_mapping(snapshot.nodepools, [n for n in snapshot.nodes if n.managed], UNDERUTILIZED, snapshot.now)
+            for f in fresh:
+                if f.node.nominated:
+                    return None, "budget"
+                if budgets.get(f.node.nodepool, 0) <= 0:
+                    return None, "budget"
+                budgets[f.node.nodepool] -= 1
+            sim = simulate(snapshot, fresh, consolidation=True)
+            if not sim.ok:
+                return None, "scheduling"
+            new = sim.results.new_nodeclaims
+            if new and not cmd.replacements:
+                return None, "scheduling"
+            if len(new) > 1:
+                return None, "scheduling"
+            if new and cmd.replacements:
+                have = {it.name for it in new[0].instance_types}
+                if not {it.name for it in cmd.replacements[0].instance_types} <= have:
+                    return None, "scheduling"
+            return cmd, None
+        return cmd, None
+
+
+def _node_disruption(n: NodeState) -> float:
+    return 1.0 + sum(max(0.0, p.eviction_cost()) for p in n.pods if not p.daemon)
+
+
+def _interleave_by_nodepool(cands: list[Candidate]) -> list[Candidate]:
+    """Take NodePools in turn, so one large NodePool does not starve the others."""
+    groups: dict[str, list[Candidate]] = {}
+    for c in cands:
+        groups.setdefault(c.node.nodepool or "", []).append(c)
+    out = []
+    depth = max((len(g) for g in groups.values()), default=0)
+    for i in range(depth):
+        for name in sorted(groups):
+            if i < len(groups[name]):
+                out.append(groups[name][i])
+    return out
