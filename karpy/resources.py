@@ -165,6 +165,18 @@ _DURATION_UNITS = {
 
 def parse_duration(value: object) -> float:
     """Parse a Go duration ("1h30m", "5s", "300ms") to seconds."""
+    if isinstance(value, str) and value in _DURATION_CACHE:
+        return _DURATION_CACHE[value]
+    seconds = _parse_duration(value)
+    if isinstance(value, str) and len(_DURATION_CACHE) < 4096:
+        _DURATION_CACHE[value] = seconds
+    return seconds
+
+
+_DURATION_CACHE: dict[str, float] = {}
+
+
+def _parse_duration(value: object) -> float:
     if not isinstance(value, str) or not value:
         raise ValueError(f"invalid duration {value!r}: expected a string such as \"30s\", \"5m\" or \"1h\"")
     s = value

@@ -22,18 +22,36 @@ UNLIMITED = 2**31 - 1
 REASONS = ("Underutilized", "Empty", "Drifted")
 
 
+_WINDOWS: dict[tuple[str, str], tuple[float, float, bool]] = {}
+
+
 def _active(budget: Mapping, now: float) -> bool:
+    """Is the budget's schedule window open at ``now``? (Always, without a schedule.)
+
+    The window opens at each firing of the cron schedule (UTC) and stays open for
+    ``duration``. The answer is cached until the next time it can change.
+    """
     schedule = budget.get("schedule")
     duration = budget.get("duration")
     if not schedule and not duration:
         return True
     if not schedule or not duration:
         raise ValueError("schedule and duration must be set together")
+    key = (str(schedule), str(duration))
+    hit = _WINDOWS.get(key)
+    if hit is not None and hit[0] <= now < hit[1]:
+        return hit[2]
     length = res.parse_duration(duration)
     now_dt = datetime.fromtimestamp(now, tz=timezone.utc)
-    checkpoint = now_dt - timedelta(seconds=length)
-    fire = croniter(schedule, checkpoint).get_next(datetime)
-    return fire <= now_dt
+    last = croniter(schedule, now_dt + timedelta(microseconds=1)).get_prev(datetime)  # latest firing <= now
+    nxt = croniter(schedule, now_dt).get_next(datetime)  # first firing > now
+    closes = last.timestamp() + length
+    if now <= closes:
+        # open until it closes (or a later firing keeps it open: then re-evaluate at that firing)
+        _WINDOWS[key] = (now, min(closes + 1e-6, nxt.timestamp()), True)
+        return True
+    _WINDOWS[key] = (now, nxt.timestamp(), False)
+    return False
 
 
 def allowed_by_budget(budget: Mapping, num_nodes: int, now: float) -> int:

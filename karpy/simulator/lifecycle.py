@@ -43,6 +43,8 @@ class Lifecycle:
         self._event_seen: dict[tuple, float] = {}
         self.cost_history: list[tuple[float, float]] = []
         self._tick_scheduled = False
+        self._last_key: tuple | None = None
+        self._drift_cache: dict[tuple, str | None] = {}
 
     def _ensure_tick(self) -> None:
         if not self._tick_scheduled:
@@ -170,8 +172,12 @@ class Lifecycle:
             if np is None:
                 continue
             nc, _ = self._nodeclass(np)
-            labels = self._claim_labels(c)
-            reason = drift_reason(np, nc, c.annotations, labels)
+            ck = (c.name, id(np), id(nc))
+            if ck in self._drift_cache:
+                reason = self._drift_cache[ck]
+            else:
+                reason = drift_reason(np, nc, c.annotations, self._claim_labels(c))
+                self._drift_cache[ck] = reason
             if reason and not c.drifted:
                 c.drifted = reason
                 c.drifted_since = self.now
@@ -200,18 +206,47 @@ class Lifecycle:
         self._progress_commands()
         if self.validating is not None:
             return
+        key = self._disruption_key()
+        if key == self._last_key:
+            return  # nothing the methods look at has changed since they last found nothing to do
         snap = self.snapshot()
         step = self.engine.step(snap, self.version)
         for e in step.events:
             self._emit(e)
         cmd = step.command
         if cmd is None:
+            self._last_key = key
             return
+        self._last_key = None
         if cmd.method in ("emptiness", "multi", "single"):
             self.validating = cmd
             self.at(self.now + VALIDATION_DELAY, "validate", None)
         else:
             self.start_command(cmd)
+
+    def _disruption_key(self) -> tuple:
+        """What the disruption methods depend on: cluster changes, which nodes have become
+        consolidatable or drifted, and the budgets' current allowances (schedules open and close)."""
+        from ..disruption.budgets import REASONS, allowed_disruptions
+
+        consolidatable = []
+        counts: dict[str, int] = {}
+        for c in self.claims.values():
+            if c.deleted is not None or c.initialized is None:
+                continue
+            counts[c.nodepool] = counts.get(c.nodepool, 0) + 1
+            after = self._nodepool_setting(c.nodepool, "consolidateAfter", "0s")
+            if after in (None, "Never"):
+                continue
+            t0 = max(c.initialized, c.last_pod_event or 0.0)
+            if self.now - t0 >= res.parse_duration(after):
+                consolidatable.append(c.name)
+        budgets = []
+        for (kind, _, name), np in sorted(self.objects.items()):
+            if kind == "NodePool":
+                budgets.append(tuple(allowed_disruptions(np, counts.get(name, 0), r, self.now) for r in REASONS))
+        drifted = tuple(sorted(c.name for c in self.claims.values() if c.drifted and c.deleted is None))
+        return (self.version, tuple(consolidatable), tuple(budgets), drifted)
 
     def _emit(self, e) -> None:
         if e.kind == "Node":
