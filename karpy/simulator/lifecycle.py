@@ -210,7 +210,7 @@ class Lifecycle:
         if key == self._last_key:
             return  # nothing the methods look at has changed since they last found nothing to do
         snap = self.snapshot()
-        step = self.engine.step(snap, self.version)
+        step = self.engine.step(snap, hash(key))
         for e in step.events:
             self._emit(e)
         cmd = step.command
@@ -292,6 +292,7 @@ class Lifecycle:
                 node.taints.append(DISRUPTED_TAINT)
             c.disruption_reason = cmd.reason
             c.cost_before = before
+            c.disruption_started = self.now
             if cmd.replacements or cmd.reason != "Empty":
                 self._emit_node(node.name, "ConsolidationCandidate" if cmd.reason == "Underutilized" else "DisruptionStarted",
                                 f"{'Consolidation candidate' if cmd.reason == 'Underutilized' else 'Disrupting'}: "
@@ -363,6 +364,8 @@ class Lifecycle:
         c.marked = True
         if c.cost_before is None:
             c.cost_before = self.current_cost()
+        if c.disruption_started is None:
+            c.disruption_started = self.now
         if reason and not c.disruption_reason:
             c.disruption_reason = reason
         if c.tgp is not None:

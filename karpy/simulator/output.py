@@ -238,7 +238,7 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     s = summary(sim)["status"]
     pods_on: dict[str, int] = {}
     for p in sim.pods.values():
-        if p.node and not p.daemon:
+        if p.node and not p.daemon and p.phase in ("Pending", "Running"):
             pods_on[p.node] = pods_on.get(p.node, 0) + 1
     t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", title_justify="left")
     for col in ("NAME", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "CPU", "MEMORY", "$/HOUR", "PODS", "STATE"):
@@ -283,7 +283,7 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             dt.add_column(col, justify="right" if col.startswith("$") else "left")
         for c in sorted(disruptions, key=lambda c: (c.deleted, c.name)):
             dt.add_row(
-                fmt_time(c.deleting_since if c.deleting_since is not None else c.deleted), fmt_time(c.deleted), c.name,
+                fmt_time(c.disruption_started if c.disruption_started is not None else c.deleted), fmt_time(c.deleted), c.name,
                 c.disruption_reason or "Deleted", ", ".join(c.replaced_by) or "-",
                 _price(c.cost_before) if c.cost_before is not None else "-",
                 _price(c.cost_after) if c.cost_after is not None else "-",

@@ -126,6 +126,7 @@ class ClaimRec:
     deadline: float | None = None  # when the drain stops waiting (terminationGracePeriod)
     expire_after: float | None = None
     tgp: float | None = None
+    disruption_started: float | None = None
     cost_before: float | None = None  # cluster $/h when its disruption started
     cost_after: float | None = None  # cluster $/h once it was gone
     replaced_by: list[str] = field(default_factory=list)
