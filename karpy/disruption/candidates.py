@@ -85,6 +85,8 @@ def validate_pods(node: NodeState, pdbs: Sequence[PDBState], now: float) -> None
 def validate_node(node: NodeState) -> None:
     if node.nodeclaim is None:
         raise Blocked("node isn't managed by karpenter")
+    if not node.registered:
+        raise Blocked("nodeclaim does not have an associated node")
     if not node.initialized:
         raise Blocked("node isn't initialized")
     if node.marked_for_deletion or node.terminating:

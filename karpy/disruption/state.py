@@ -117,6 +117,7 @@ class NodeState:
     existing: ExistingNode  # how the scheduler sees it as a destination
     initialized: bool = True
     ready: bool = True
+    registered: bool = True  # False: a NodeClaim whose Node has not joined yet
     marked_for_deletion: bool = False  # a command or a deletion has claimed it
     terminating: bool = False  # its instance is being terminated
     nominated: bool = False  # the provisioner expects pending pods to land here

@@ -152,7 +152,7 @@ class Lifecycle:
                 nodes.append(NodeState(
                     name=c.name, nodeclaim=c.name, nodepool=c.nodepool, labels=by_name[c.name].labels,
                     instance_type=c.instance_type, price=c.offering.price, pods=[], existing=by_name[c.name],
-                    initialized=False, ready=False, marked_for_deletion=c.marked,
+                    initialized=False, ready=False, registered=False, marked_for_deletion=c.marked,
                 ))
         pending = [p.info for p in self._provisionable() if p.node is None]
         return ClusterSnapshot(
@@ -196,6 +196,7 @@ class Lifecycle:
 
     def _on_disrupt(self, _: Any) -> None:
         self._tick_scheduled = False
+        self.reconcile()  # let pods bind to nodes that just became ready before judging them
         live = [c for c in self.claims.values() if c.deleted is None]
         if live:
             self._ensure_tick()

@@ -196,8 +196,9 @@ class Simulation(Lifecycle):
 
     # --- clock and timers ------------------------------------------------------------
     def at(self, t: float, action: str, arg: Any = None) -> None:
+        # at equal times the periodic disruption check runs after everything else
         self._seq += 1
-        heapq.heappush(self.timers, (t, self._seq, action, arg))
+        heapq.heappush(self.timers, (t, (1 if action == "disrupt" else 0, self._seq), action, arg))
 
     def event(self, kind: str, name: str, reason: str, message: str, etype: str = "Normal", namespace: str = "") -> None:
         self.events.append({
@@ -759,8 +760,11 @@ class Simulation(Lifecycle):
         """Nodes and launched-but-unregistered NodeClaims, with the pods bound or nominated to them."""
         usage = self._node_usage()
         nominated: dict[str, list[PodRec]] = {}
+        leaving = {n.name for n in self.nodes.values() if self._leaving(n)}
         for p in self.pods.values():
-            if p.node is None and p.nominated and p.phase == "Pending":
+            # pods waiting for capacity, and pods of leaving nodes, hold room where they were planned
+            if p.nominated and p.phase in ("Pending", "Running") and (p.node is None or p.node in leaving) \
+                    and p.nominated != p.node:
                 nominated.setdefault(p.nominated, []).append(p)
         existing: list[ExistingNode] = []
         for n in sorted(self.nodes.values(), key=lambda n: (n.created, n.name)):
