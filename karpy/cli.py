@@ -38,6 +38,8 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
     except ValueError as e:
         _fail_input([f"--until: {e}"])
         return
+    if until_s < 0:
+        _fail_input([f"--until: Invalid value: \"{until}\": must be a non-negative duration"])
     stdin_text = sys.stdin.read() if "-" in paths else None
     try:
         loaded = load_documents(list(paths), stdin_text=stdin_text)
@@ -68,9 +70,11 @@ def _check_regions(documents, region: str | None) -> list[str]:
     from .cloudprovider.catalog import get_provider
 
     scenario_region = None
+    scenario_doc = None
     for d in documents:
         if d.kind == "Scenario":
             scenario_region = ((d.obj.get("spec") or {}).get("region"))
+            scenario_doc = d
     wanted = region or scenario_region
     if not wanted:
         return []
@@ -88,9 +92,15 @@ def _check_regions(documents, region: str | None) -> list[str]:
             continue
         seen.add(provider.name)
         if wanted not in provider.regions:
-            where = "--region" if region else "Scenario spec.region"
-            out.append(f"{where}: Unsupported value: \"{wanted}\": the {provider.name} catalog has prices for "
-                       + ", ".join(f'"{r}"' for r in provider.regions))
+            msg = (f"Unsupported value: \"{wanted}\": the {provider.name} catalog has prices for "
+                   + ", ".join(f'"{r}"' for r in provider.regions))
+            if region or scenario_doc is None:
+                out.append(f"--region: {msg}")
+            else:
+                from .errors import FieldError
+
+                d = scenario_doc
+                out.append(str(FieldError(d.file, d.index, d.kind, d.name, "spec.region", msg)))
     return out
 
 

@@ -65,6 +65,7 @@ CORE_WELL_KNOWN_LABELS = frozenset({
 })
 
 _PREFER_NO_SCHEDULE_TOLERATION = Toleration("", "Exists", "", "PreferNoSchedule")
+_HUGE = 2**61  # resource amounts are capped here inside the solver's int64 arrays
 
 
 def tolerates_all(tolerations: Sequence[Toleration], taints: Sequence[Taint]) -> Taint | None:
@@ -452,7 +453,7 @@ class Scheduler:
         for k, x in d.items():
             j = self.rindex.get(k)
             if j is not None:
-                v[j] = x
+                v[j] = min(x, _HUGE)  # larger than any node: still never fits, without overflow
         return v
 
     def vector_signed(self, d: Mapping[str, int]) -> np.ndarray:

@@ -225,8 +225,15 @@ def render_json(sim: Simulation) -> str:
     return json.dumps(result_list(sim), indent=2) + "\n"
 
 
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes repeated values out in full, as kubectl does, instead of YAML anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render_yaml(sim: Simulation) -> str:
-    return yaml.safe_dump(result_list(sim), sort_keys=False, default_flow_style=False)
+    return yaml.dump(result_list(sim), Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False)
 
 
 def render_table(sim: Simulation, width: int = 160) -> str:

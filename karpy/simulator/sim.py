@@ -294,6 +294,9 @@ class Simulation(Lifecycle):
                 break
             t = self.timers[0][0]
             if t > self.until:
+                if not all(action == "disrupt" for _, _, action, _ in self.timers):
+                    self.now = self.until  # cut short: something was still due
+                    return
                 break
             only_polling = all(action == "disrupt" for _, _, action, _ in self.timers)
             if only_polling and t >= self.last_action + SETTLE_QUIET and not self.orchestrating and self.validating is None:
@@ -387,7 +390,10 @@ class Simulation(Lifecycle):
             fixed = ((rc_obj or {}).get("overhead") or {}).get("podFixed")
             if fixed:
                 spec["overhead"] = dict(fixed)
-        info = compile_pod(obj, priority=self._priority(spec))
+        priority = self._priority(spec)
+        if spec.get("priorityClassName") or priority:
+            spec["priority"] = priority  # as the Priority admission plugin fills it in
+        info = compile_pod(obj, priority=priority)
         info.volume_requirements = self._volume_requirements(obj)
         if info.volume_requirements is not None:
             from ..scheduling.pods import class_key
@@ -503,7 +509,8 @@ class Simulation(Lifecycle):
             have = {p.node for p in owned.get((kind, ns, name), [])}
             tmpl = self._daemon_info(obj)
             for node in self.nodes.values():
-                if node.name in have or node.unschedulable:
+                # the DaemonSet controller places its pods on cordoned nodes too
+                if node.name in have:
                     continue
                 if not _daemon_runs_on(tmpl, node):
                     continue
@@ -901,7 +908,8 @@ class Simulation(Lifecycle):
         node_name = self._node_name(c, provider)
         labels = self._claim_labels(c)
         labels[LABEL_HOSTNAME] = node_name
-        labels[LABEL_REGION] = self.region_for(provider)
+        if provider.name != "kwok":  # upstream's kwok provider sets no region label
+            labels[LABEL_REGION] = self.region_for(provider)
         startup = list(c.template.startup_taints)
         n = NodeRec(
             name=node_name, labels=labels, taints=list(c.template.taints) + startup,
