@@ -304,6 +304,10 @@ class DisruptionEngine:
             if not snapshot.feature_gates.get("SpotToSpotConsolidation", False):
                 unconsolidatable("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
                 return None
+            if not single:
+                # spot-to-spot replacement is a single-node decision: a multi-node batch of spot
+                # nodes may only be deleted, never merged into one new spot node
+                return None
             reqs = reqs.copy()
             reqs.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_SPOT]))
             types = [it for it in rep.instance_types if _offerings(it, reqs)]
@@ -311,7 +315,7 @@ class DisruptionEngine:
             if not types:
                 unconsolidatable("Can't replace with a cheaper node")
                 return None
-            if single:
+            if True:
                 if len(types) < SPOT_TO_SPOT_MIN_TYPES:
                     unconsolidatable("SpotToSpotConsolidation requires 15 cheaper instance type options than the "
                                      f"current candidate to consolidate, got {len(types)}")

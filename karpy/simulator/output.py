@@ -26,7 +26,7 @@ def _claim_manifest(sim: Simulation, c: ClaimRec) -> dict:
     labels = sim._claim_labels(c)
     if c.node:
         labels["kubernetes.io/hostname"] = c.node
-    annotations = {}
+    annotations = dict(sorted(c.annotations.items()))
     if c.offering is not None:
         annotations[PRICE_ANNOTATION] = _price(c.offering.price)
         if c.offering.price_estimated:
@@ -44,6 +44,12 @@ def _claim_manifest(sim: Simulation, c: ClaimRec) -> dict:
     conditions = []
     if c.instance_type is not None:
         conditions.append({"type": "Launched", "status": "True", "lastTransitionTime": fmt_time(c.created)})
+    if c.drifted:
+        conditions.append({"type": "Drifted", "status": "True", "reason": c.drifted,
+                           "lastTransitionTime": fmt_time(c.drifted_since)})
+    if c.disruption_reason and c.deleted is None:
+        conditions.append({"type": "DisruptionReason", "status": "True", "reason": c.disruption_reason,
+                           "message": c.disruption_reason, "lastTransitionTime": fmt_time(c.disruption_started)})
     if c.registered is not None:
         conditions.append({"type": "Registered", "status": "True", "lastTransitionTime": fmt_time(c.registered)})
     if c.initialized is not None:
@@ -65,6 +71,7 @@ def _claim_manifest(sim: Simulation, c: ClaimRec) -> dict:
             "annotations": annotations,
             "creationTimestamp": fmt_time(c.created),
             "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": c.nodepool}],
+            "finalizers": ["karpenter.sh/termination"],
         },
         "spec": spec,
         "status": status,
@@ -88,6 +95,7 @@ def _node_manifest(sim: Simulation, n) -> dict:
             "labels": dict(sorted(n.labels.items())),
             "annotations": annotations,
             "creationTimestamp": fmt_time(n.created),
+            "finalizers": ["karpenter.sh/termination"],
         },
         "spec": {"taints": [t.to_obj() for t in n.taints]} if n.taints else {},
         "status": {
@@ -117,8 +125,13 @@ def _pod_manifest(sim: Simulation, p) -> dict:
 
 
 def _nodepool_manifest(sim: Simulation, obj: dict) -> dict:
+    from ..disruption.drift import HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodepool_hash
+
     out = json.loads(json.dumps(obj, default=str))
     name = obj["metadata"]["name"]
+    ann = out.setdefault("metadata", {}).setdefault("annotations", {})
+    ann[NODEPOOL_HASH] = nodepool_hash(obj)
+    ann[NODEPOOL_HASH_VERSION] = HASH_VERSION
     total: dict[str, int] = {}
     nodes = 0
     for c in sim.claims.values():
