@@ -26,6 +26,8 @@ from typing import Any
 
 from croniter import croniter
 
+from ..cron import cron_error
+
 from . import labels as L
 from . import names
 from .meta import object_meta
@@ -280,6 +282,10 @@ def _check_budget_schedule(budget: dict, path: str, ctx: Ctx) -> None:
         " ".join(fields)
     ):
         ctx.err(p, f"Invalid value: {_q(sched)}: invalid cron schedule")
+        return
+    problem = cron_error(" ".join(fields))
+    if problem:
+        ctx.err(p, f"Invalid value: {_q(sched)}: invalid cron schedule: {problem}")
 
 
 def _check_node_class_ref(ref: dict, path: str, ctx: Ctx) -> None:

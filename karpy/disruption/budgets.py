@@ -17,6 +17,7 @@ from typing import Mapping
 from croniter import croniter
 
 from .. import resources as res
+from ..cron import cron_error
 
 UNLIMITED = 2**31 - 1
 REASONS = ("Underutilized", "Empty", "Drifted")
@@ -37,6 +38,9 @@ def _active(budget: Mapping, now: float) -> bool:
         return True
     if not schedule or not duration:
         raise ValueError("schedule and duration must be set together")
+    problem = cron_error(str(schedule))
+    if problem:
+        raise ValueError(problem)
     key = (str(schedule), str(duration))
     hit = _WINDOWS.get(key)
     if hit is not None and hit[0] <= now < hit[1]:
@@ -46,9 +50,10 @@ def _active(budget: Mapping, now: float) -> bool:
     last = croniter(schedule, now_dt + timedelta(microseconds=1)).get_prev(datetime)  # latest firing <= now
     nxt = croniter(schedule, now_dt).get_next(datetime)  # first firing > now
     closes = last.timestamp() + length
-    if now <= closes:
-        # open until it closes (or a later firing keeps it open: then re-evaluate at that firing)
-        _WINDOWS[key] = (now, min(closes + 1e-6, nxt.timestamp()), True)
+    if now < closes:
+        # open from a firing until ``duration`` later (that instant excluded); re-evaluated
+        # at the next firing, which may extend it
+        _WINDOWS[key] = (now, min(closes, nxt.timestamp()), True)
         return True
     _WINDOWS[key] = (now, nxt.timestamp(), False)
     return False

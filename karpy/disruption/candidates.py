@@ -113,7 +113,7 @@ def build_candidates(snapshot: ClusterSnapshot, klass: str, blocked_events: list
         try:
             validate_node(node)
         except Blocked as e:
-            if node.nodeclaim is not None and not node.marked_for_deletion and not node.terminating:
+            if node.nodeclaim is not None and not node.queued:
                 blocked_events.append((node.name, "DisruptionBlocked", sentence(str(e))))
             continue
         np = snapshot.nodepools.get(node.nodepool or "")

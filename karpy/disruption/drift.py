@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
+from .. import resources as res
 from ..scheduling.requirements import Requirements
 from ..provisioning.templates import nodepool_requirements
 
@@ -28,16 +29,16 @@ NODECLASS_HASH = "karpy.dev/nodeclass-hash"
 _NODECLASS_IGNORED = {
     "AKSNodeClass": {"tags"},
     "EC2NodeClass": {"subnetSelectorTerms", "securityGroupSelectorTerms", "capacityReservationSelectorTerms",
-                     "amiSelectorTerms", "amiFamily", "ipPrefixCount", "tags"},
+                     "amiSelectorTerms", "amiFamily", "ipPrefixCount"},
     "KWOKNodeClass": set(),
 }
 
 
 def _canonical(value: Any) -> Any:
-    """Zero values dropped, lists as sets (order-insensitive), maps sorted."""
+    """Unset and empty fields dropped, lists as sets (order-insensitive), maps sorted."""
     if isinstance(value, Mapping):
         out = {k: _canonical(v) for k, v in value.items()}
-        return {k: v for k, v in sorted(out.items()) if v not in (None, "", [], {}, 0, False)}
+        return {k: v for k, v in sorted(out.items()) if v is not None and v != [] and v != {}}
     if isinstance(value, (list, tuple)):
         items = [_canonical(v) for v in value]
         return sorted(items, key=lambda x: json.dumps(x, sort_keys=True))
@@ -58,24 +59,55 @@ def nodepool_hash(nodepool: Mapping) -> str:
         "taints": spec.get("taints"),
         "startupTaints": spec.get("startupTaints"),
         "nodeClassRef": spec.get("nodeClassRef"),
-        "terminationGracePeriod": spec.get("terminationGracePeriod"),
-        "expireAfter": spec.get("expireAfter"),
+        # durations by value: "1h" and "60m" are the same template
+        "terminationGracePeriod": _duration(spec.get("terminationGracePeriod")),
+        "expireAfter": _duration(spec.get("expireAfter")),
     })
 
 
+def _duration(v: Any) -> Any:
+    if v in (None, "Never"):
+        return v
+    try:
+        return res.parse_duration(v)
+    except ValueError:
+        return v
+
+
 def nodeclass_hash(nodeclass: Mapping | None) -> str:
+    """Hash of the NodeClass fields whose change drifts nodes ("" when the provider never reports drift)."""
     if not nodeclass:
         return ""
-    ignored = _NODECLASS_IGNORED.get(str(nodeclass.get("kind")), set())
-    spec = {k: v for k, v in (nodeclass.get("spec") or {}).items() if k not in ignored}
+    kind = str(nodeclass.get("kind"))
+    if kind == "KWOKNodeClass":
+        return ""  # upstream's kwok provider reports no NodeClass drift
+    ignored = _NODECLASS_IGNORED.get(kind, set())
+    full = nodeclass.get("spec") or {}
+    spec = {k: v for k, v in full.items() if k not in ignored}
+    if kind == "EC2NodeClass":
+        spec["resolvedAMIFamily"] = _ami_family(full)
     return _digest(spec)
+
+
+def _ami_family(spec: Mapping) -> str | None:
+    """The AMI family an EC2NodeClass resolves to: amiFamily, else the alias' family."""
+    if spec.get("amiFamily"):
+        return str(spec["amiFamily"]).lower()
+    for term in spec.get("amiSelectorTerms") or ():
+        alias = term.get("alias") if isinstance(term, Mapping) else None
+        if alias:
+            return str(alias).split("@")[0].lower()
+    return None
 
 
 def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str]) -> bool:
     """Do the node's labels still satisfy every NodePool requirement?"""
     reqs = nodepool_requirements(nodepool)
-    # Keys the node has no label for are not judged: a NodeClaim only carries labels for
-    # requirements that settled on one value.
+    for r in reqs:
+        # a NodeClaim carries a label for every requirement with listed values; one the
+        # node lacks was added after it launched
+        if r.key not in node_labels and r.operator == "In":
+            return True
     return Requirements.from_labels(node_labels).intersects(reqs) is not None
 
 

@@ -17,7 +17,7 @@ events to emit; the simulator (or a controller) carries them out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from ..cloudprovider.types import (
@@ -30,6 +30,7 @@ from ..cloudprovider.types import (
     InstanceType,
 )
 from ..scheduling.requirements import IN, Requirement, Requirements
+from ..scheduling.pods import moving
 from ..scheduling.scheduler import NewNodeClaim, Results, Scheduler
 from .budgets import budget_mapping, blocked_nodepools
 from .candidates import (
@@ -142,18 +143,20 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
     SIMULATIONS[0] += 1
     names = {c.name for c in candidates}
     destinations = []
-    moving = []
+    leaving = []  # pods of nodes already being deleted also need a home
     for n in snapshot.nodes:
         if n.name in names:
             continue
         if n.marked_for_deletion or n.terminating:
-            moving.extend(p.info for p in n.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now))
+            leaving.extend(p.info for p in n.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now))
             continue
-        if consolidation and n.managed and getattr(n, "under_consolidate_after", False):
-            continue  # recently changed nodes do not take consolidated pods
-        destinations.append(n.existing)
-    own = [p.info for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
-    pods = list(snapshot.pending_pods) + moving + own
+        e = n.existing
+        if consolidation and n.managed and n.under_consolidate_after:
+            # a recently changed node takes pending pods, but not the pods consolidation moves
+            e = replace(e, takes_moving=False)
+        destinations.append(e)
+    own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    pods = list(snapshot.pending_pods) + leaving + own
     sched = Scheduler(snapshot.templates, destinations, refine=False, hostname_prefix="disruption-placeholder")
     r = sched.solve(pods)
     pending = {p.key for p in snapshot.pending_pods}
@@ -444,14 +447,18 @@ class DisruptionEngine:
             cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._empty_filter(c, events)}
             budgets = budget_mapping(snapshot.nodepools, [n for n in snapshot.nodes if n.managed], EMPTY, snapshot.now)
             kept = []
+            why = "churn"
             for c in cmd.candidates:
                 fresh = cands.get(c.name)
-                if fresh is None or fresh.node.nominated or budgets.get(fresh.node.nodepool, 0) <= 0:
+                if fresh is None:
+                    continue
+                if fresh.node.nominated or budgets.get(fresh.node.nodepool, 0) <= 0:
+                    why = "budget"
                     continue
                 budgets[fresh.node.nodepool] -= 1
                 kept.append(fresh)
             if not kept:
-                return None, "churn"
+                return None, why
             return Command(EMPTY, "emptiness", kept, [], savings=sum(c.price for c in kept)), None
         if cmd.method in ("multi", "single"):
             cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)}
@@ -469,8 +476,8 @@ class DisruptionEngine:
             if not sim.ok:
                 return None, "scheduling"
             new = sim.results.new_nodeclaims
-            if new and not cmd.replacements:
-                return None, "scheduling"
+            if bool(new) != bool(cmd.replacements):
+                return None, "scheduling"  # the simulation now gives a different answer
             if len(new) > 1:
                 return None, "scheduling"
             if new and cmd.replacements:

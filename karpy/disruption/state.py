@@ -119,6 +119,7 @@ class NodeState:
     ready: bool = True
     registered: bool = True  # False: a NodeClaim whose Node has not joined yet
     marked_for_deletion: bool = False  # a command or a deletion has claimed it
+    queued: bool = False  # held by a disruption command in progress
     terminating: bool = False  # its instance is being terminated
     nominated: bool = False  # the provisioner expects pending pods to land here
     annotations: Mapping[str, str] = field(default_factory=dict)

@@ -247,6 +247,7 @@ class PodInfo:
     volume_requirements: Requirements | None = None
     obj: dict | None = None
     class_key: tuple = ()
+    moving: bool = False  # being moved off a node by consolidation (not a pending pod)
 
     @property
     def key(self) -> str:
@@ -401,4 +402,15 @@ def copy_for_relaxation(p: PodInfo) -> PodInfo:
         volume_requirements=p.volume_requirements,
         obj=p.obj,
         class_key=p.class_key,
+        moving=p.moving,
     )
+
+
+def moving(p: PodInfo) -> PodInfo:
+    """The same pod, marked as moved by consolidation (its own scheduling class)."""
+    if p.moving:
+        return p
+    q = copy_for_relaxation(p)
+    q.moving = True
+    q.class_key = p.class_key + ("moving",)
+    return q

@@ -111,6 +111,7 @@ class ExistingNode:
     bound_pods: list[PodInfo] = field(default_factory=list)  # for topology counts
     schedulable: bool = True  # False: cordoned or being deleted
     initialized: bool = True  # False: a NodeClaim still launching or registering
+    takes_moving: bool = True  # False: pods moved by consolidation may not land here
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -617,6 +618,8 @@ class Scheduler:
 
     # --- capacity of one node or claim for a class -------------------------------------
     def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:
+        if cls.rep.moving and not node.node.takes_moving:
+            return 0, None
         if tolerates_all(cls.tolerations, node.node.taints) is not None:
             return 0, None
         if node.req.compatible(cls.reqs, allow_undefined=frozenset()) is not None:

@@ -121,6 +121,9 @@ class Lifecycle:
             if p.node and p.phase in ("Pending", "Running"):
                 pods_on.setdefault(p.node, []).append(p)
         nominated_targets = {p.nominated for p in self.pods.values() if p.nominated and p.node is None}
+        queued = {name for entry in self.orchestrating for name in entry["claims"]}
+        if self.validating is not None:
+            queued.update(self.nodes[c.name].claim for c in self.validating.candidates if c.name in self.nodes)
         nodes: list[NodeState] = []
         for n in sorted(self.nodes.values(), key=lambda n: (n.created, n.name)):
             c = self.claims.get(n.claim) if n.claim else None
@@ -138,7 +141,8 @@ class Lifecycle:
                 instance_type=c.instance_type if c else None, price=price,
                 pods=[self._pod_state(p) for p in pods_on.get(n.name, [])], existing=by_name[n.name],
                 initialized=n.ready and (c is None or c.initialized is not None), ready=n.ready,
-                marked_for_deletion=bool(c and c.marked), terminating=bool(c and c.deleting_since is not None),
+                # a deleting node counts against budgets until its instance is gone (instantly, here)
+                marked_for_deletion=bool(c and c.marked), terminating=False, queued=bool(c and c.name in queued),
                 nominated=n.name in nominated_targets,
                 annotations=(n.obj or {}).get("metadata", {}).get("annotations", {}) if n.obj else (c.node_annotations if c else {}),
                 consolidatable=consolidatable, under_consolidate_after=under,

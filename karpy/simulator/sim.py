@@ -828,6 +828,10 @@ class Simulation(Lifecycle):
 
     def _claim_labels(self, c: ClaimRec) -> dict[str, str]:
         labels = dict(c.template.labels)
+        # every requirement with listed values becomes a label (one value chosen where several are allowed)
+        for r in c.requirements:
+            if not r.complement and r.values and r.key not in (LABEL_HOSTNAME, LABEL_INSTANCE_TYPE):
+                labels[r.key] = sorted(r.values)[0]
         labels.update(c.requirements.labels())
         if c.instance_type is not None:
             labels.update(c.instance_type.labels)
