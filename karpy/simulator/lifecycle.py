@@ -117,8 +117,11 @@ class Lifecycle:
         existing, _ = self._karpenter_view()
         by_name = {e.name: e for e in existing}
         pods_on: dict[str, list] = {}
+        leaving = {n.name for n in self.nodes.values() if self._leaving(n)}
         for p in self.pods.values():
             if p.node and p.phase in ("Pending", "Running"):
+                if p.node in leaving and p.nominated and p.nominated != p.node and self._live_target(p.nominated):
+                    continue  # already planned on (and counted against) its replacement
                 pods_on.setdefault(p.node, []).append(p)
         nominated_targets = {p.nominated for p in self.pods.values() if p.nominated and p.node is None}
         queued = {name for entry in self.orchestrating for name in entry["claims"]}
@@ -251,7 +254,10 @@ class Lifecycle:
             if kind == "NodePool":
                 budgets.append(tuple(allowed_disruptions(np, counts.get(name, 0), r, self.now) for r in REASONS))
         drifted = tuple(sorted(c.name for c in self.claims.values() if c.drifted and c.deleted is None))
-        return (self.version, tuple(consolidatable), tuple(budgets), drifted)
+        # pod do-not-disrupt durations run out with time; upstream also re-checks every 5 minutes
+        guarded = tuple(sorted(p.key for p in self.pods.values() if p.node and p.phase == "Running"
+                               and self._pod_state(p).do_not_disrupt(self.now)))
+        return (self.version, tuple(consolidatable), tuple(budgets), drifted, guarded, int(self.now // 300))
 
     def _emit(self, e) -> None:
         if e.kind == "Node":
@@ -321,6 +327,12 @@ class Lifecycle:
         self.orchestrating.append({"command": cmd, "claims": [c.name for _, c in claims], "replacements": replacements,
                                    "started": self.now})
         self._progress_commands()
+
+    def _live_target(self, name: str) -> bool:
+        c = self.claims.get(name)
+        if c is not None:
+            return c.deleted is None
+        return name in self.nodes
 
     def _classes_for(self, nodepool: str):
         np = self.objects.get(("NodePool", "", nodepool))

@@ -26,7 +26,7 @@ def _claim_manifest(sim: Simulation, c: ClaimRec) -> dict:
     labels = sim._claim_labels(c)
     if c.node:
         labels["kubernetes.io/hostname"] = c.node
-    annotations = dict(sorted(c.annotations.items()))
+    annotations = dict(sorted({**c.node_annotations, **c.annotations}.items()))
     if c.offering is not None:
         annotations[PRICE_ANNOTATION] = _price(c.offering.price)
         if c.offering.price_estimated:
@@ -82,7 +82,7 @@ def _node_manifest(sim: Simulation, n) -> dict:
     if n.obj is not None and n.claim is None:
         return n.obj
     c = sim.claims.get(n.claim) if n.claim else None
-    annotations = {}
+    annotations = dict(sorted(c.node_annotations.items())) if c is not None else {}
     if c is not None and c.offering is not None:
         annotations[PRICE_ANNOTATION] = _price(c.offering.price)
         if c.offering.price_estimated:

@@ -45,6 +45,7 @@ from ..scheduling.pods import PodInfo, Taint, Toleration, compile_pod, untolerat
 from ..scheduling.requirements import Requirements
 from ..scheduling.scheduler import ExistingNode, NodeClaimTemplate, Results, Scheduler
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
+from ..disruption.candidates import currently_reschedulable
 from .lifecycle import Lifecycle
 from .names import NameGenerator
 from .workloads import WORKLOAD_KINDS, desired_replicas, new_pod_names, pod_from_template, replicaset_name
@@ -647,12 +648,15 @@ class Simulation(Lifecycle):
         (capacity for them is launched while their node drains)."""
         out = []
         leaving = {c.node for c in self.claims.values() if c.deleting_since is not None and c.deleted is None and c.node}
+        pdbs = self._pdb_states() if leaving else []
         for p in self.pods.values():
             if p.daemon:
                 continue
             if p.node is not None:
                 if p.node not in leaving or p.phase != "Running" or (p.owner and p.owner[0] == "Node"):
                     continue
+                if not currently_reschedulable(self._pod_state(p), pdbs, self.now):
+                    continue  # the drain will not evict it (do-not-disrupt, a PDB allowing nothing)
                 if p.nominated:
                     c = self.claims.get(p.nominated)
                     if c is not None and c.deleted is None:
@@ -854,6 +858,8 @@ class Simulation(Lifecycle):
             options=[it.name for it in nc.instance_types], provider=provider.name,
             annotations={NODEPOOL_HASH: nodepool_hash(np_obj), NODEPOOL_HASH_VERSION: HASH_VERSION,
                          NODECLASS_HASH: nodeclass_hash(nodeclass)},
+            node_annotations={str(k): str(v) for k, v in
+                              ((((np_obj.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations") or {}).items()},
             expire_after=None if expire in (None, "Never") else res.parse_duration(expire),
             tgp=None if tgp in (None, "Never") else res.parse_duration(tgp),
         )
