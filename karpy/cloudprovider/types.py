@@ -48,6 +48,16 @@ class InstanceType:
     overhead: dict[str, int]
     offerings: list[Offering] = field(default_factory=list)
 
+    def compatible_offerings(self, requirements) -> list[Offering]:
+        """Available offerings whose zone and capacity type the requirements allow.
+
+        ``requirements`` is anything with ``get(key).has(value)``, such as
+        :class:`karpy.scheduling.requirements.Requirements`.
+        """
+        zones = requirements.get(LABEL_ZONE)
+        cts = requirements.get(LABEL_CAPACITY_TYPE)
+        return [o for o in self.offerings if o.available and zones.has(o.zone) and cts.has(o.capacity_type)]
+
     @property
     def allocatable(self) -> dict[str, int]:
         out = dict(self.capacity)

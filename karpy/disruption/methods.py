@@ -97,9 +97,7 @@ class StepResult:
 
 
 def _offerings(it: InstanceType, reqs: Requirements):
-    zr = reqs.get(LABEL_ZONE)
-    cr = reqs.get(LABEL_CAPACITY_TYPE)
-    return [o for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)]
+    return it.compatible_offerings(reqs)
 
 
 def cheapest_launch_price(it: InstanceType, reqs: Requirements) -> float:
@@ -253,13 +251,7 @@ class DisruptionEngine:
         if not cands:
             return None, False
         budgets = self._budget_events(snapshot, EMPTY, events)
-        kept, constrained = [], False
-        for c in sort_for_consolidation(cands):
-            if budgets.get(c.node.nodepool, 0) <= 0:
-                constrained = True
-                continue
-            budgets[c.node.nodepool] -= 1
-            kept.append(c)
+        kept, constrained = _take_within_budgets(sort_for_consolidation(cands), budgets)
         if not kept:
             return None, constrained
         return Command(EMPTY, "emptiness", kept, [], savings=sum(c.price for c in kept)), constrained
@@ -350,13 +342,7 @@ class DisruptionEngine:
         if len(cands) < 2:
             return None, False
         budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
-        disruptable, constrained = [], False
-        for c in sort_for_consolidation(cands):
-            if budgets.get(c.node.nodepool, 0) <= 0:
-                constrained = True
-                continue
-            budgets[c.node.nodepool] -= 1
-            disruptable.append(c)
+        disruptable, constrained = _take_within_budgets(sort_for_consolidation(cands), budgets)
         if len(disruptable) < 2:
             return None, constrained
         max_parallel = min(len(disruptable), MULTI_NODE_MAX)
@@ -486,6 +472,19 @@ class DisruptionEngine:
                     return None, "scheduling"
             return cmd, None
         return cmd, None
+
+
+def _take_within_budgets(cands: Sequence[Candidate], budgets: dict[str, int]) -> tuple[list[Candidate], bool]:
+    """The candidates, in order, that their NodePools' budgets still allow (consuming them),
+    and whether any was left out for lack of budget."""
+    kept, constrained = [], False
+    for c in cands:
+        if budgets.get(c.node.nodepool, 0) <= 0:
+            constrained = True
+            continue
+        budgets[c.node.nodepool] -= 1
+        kept.append(c)
+    return kept, constrained
 
 
 def _node_disruption(n: NodeState) -> float:

@@ -25,8 +25,6 @@ from ..cloudprovider.types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_RESERVED,
     CAPACITY_SPOT,
-    LABEL_CAPACITY_TYPE,
-    LABEL_ZONE,
     InstanceType,
     Offering,
 )
@@ -56,8 +54,6 @@ def launch_candidates(
     is_unavailable: Callable[[InstanceType, Offering], bool] = lambda it, o: False,
 ) -> list[Candidate]:
     """Offerings in the order the provider would try them (first = launched if it has capacity)."""
-    zr = requirements.get(LABEL_ZONE)
-    cr = requirements.get(LABEL_CAPACITY_TYPE)
     types = list(instance_types)
     asks_exotic = any(
         r.key.endswith(("gpu-count", "gpu-name", "gpu-manufacturer", "accelerator-name", "accelerator-count"))
@@ -68,12 +64,7 @@ def launch_candidates(
         plain = [it for it in types if not _is_exotic(it)]
         if plain:
             types = plain
-    offers = [
-        Candidate(it, o)
-        for it in types
-        for o in it.offerings
-        if o.available and zr.has(o.zone) and cr.has(o.capacity_type) and not is_unavailable(it, o)
-    ]
+    offers = [Candidate(it, o) for it in types for o in it.compatible_offerings(requirements) if not is_unavailable(it, o)]
     if not offers:
         return []
     cts = {c.offering.capacity_type for c in offers}

@@ -28,8 +28,6 @@ def nodepool_taints(nodepool: Mapping, field: str = "taints") -> tuple[Taint, ..
 
 def compatible_instance_types(reqs: Requirements, instance_types: Iterable[InstanceType]) -> list[InstanceType]:
     """Instance types whose labels satisfy the requirements and that have an allowed, available offering."""
-    zr = reqs.get(LABEL_ZONE)
-    cr = reqs.get(LABEL_CAPACITY_TYPE)
     out = []
     for it in instance_types:
         ok = True
@@ -42,7 +40,7 @@ def compatible_instance_types(reqs: Requirements, instance_types: Iterable[Insta
             if not r.has(v):
                 ok = False
                 break
-        if ok and any(o.available and zr.has(o.zone) and cr.has(o.capacity_type) for o in it.offerings):
+        if ok and it.compatible_offerings(reqs):
             out.append(it)
     return out
 

@@ -32,9 +32,6 @@ import numpy as np
 
 from .. import resources as res
 from ..cloudprovider.types import (
-    CAPACITY_ON_DEMAND,
-    CAPACITY_RESERVED,
-    CAPACITY_SPOT,
     LABEL_CAPACITY_TYPE,
     LABEL_HOSTNAME,
     LABEL_INSTANCE_TYPE,
@@ -44,7 +41,7 @@ from ..cloudprovider.types import (
 )
 from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
 from .requirements import IN, NOT_IN, Requirement, Requirements
-from .topology import AFFINITY, ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
+from .topology import ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
 
 # Upstream's core keeps at most this many instance types in a NodeClaim's requirements
 # (providers may send fewer to their launch API: AWS sends the 60 cheapest).
@@ -162,7 +159,7 @@ class _TemplateState:
         for it in self.types:
             self.label_keys.update(it.labels)
         self._label_masks: dict[tuple, np.ndarray] = {}
-        self._offer_masks: dict[tuple, np.ndarray] = {}
+        self._prices: dict[tuple, np.ndarray] = {}
         # DaemonSet overhead per instance type: a daemon counts on the types it can run on
         daemon = np.zeros((n, nres), dtype=np.int64)
         self.daemon_ports: set = set()
@@ -191,18 +188,14 @@ class _TemplateState:
         order = sorted(range(n), key=lambda i: self.types[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
-        self._prices: dict[tuple, np.ndarray] = {}
 
     def prices(self, reqs: Requirements) -> np.ndarray:
         """Per type, the cheapest available offering the zone and capacity-type requirements allow (inf if none)."""
-        zr = reqs.get(LABEL_ZONE)
-        cr = reqs.get(LABEL_CAPACITY_TYPE)
-        sig = (zr.signature(), cr.signature())
+        sig = (reqs.get(LABEL_ZONE).signature(), reqs.get(LABEL_CAPACITY_TYPE).signature())
         p = self._prices.get(sig)
         if p is None:
             p = np.array(
-                [min((o.price for o in it.offerings if o.available and zr.has(o.zone) and cr.has(o.capacity_type)),
-                     default=np.inf) for it in self.types],
+                [min((o.price for o in it.compatible_offerings(reqs)), default=np.inf) for it in self.types],
                 dtype=float,
             )
             self._prices[sig] = p
@@ -226,17 +219,7 @@ class _TemplateState:
 
     def offering_mask(self, reqs: Requirements) -> np.ndarray:
         """Types with an available offering in the allowed zones and capacity types."""
-        zr = reqs.get(LABEL_ZONE)
-        cr = reqs.get(LABEL_CAPACITY_TYPE)
-        sig = (zr.signature(), cr.signature())
-        m = self._offer_masks.get(sig)
-        if m is None:
-            m = np.array(
-                [any(o.available and zr.has(o.zone) and cr.has(o.capacity_type) for o in it.offerings) for it in self.types],
-                dtype=bool,
-            )
-            self._offer_masks[sig] = m
-        return m
+        return np.isfinite(self.prices(reqs))
 
 
 class _Claim:

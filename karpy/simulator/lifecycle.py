@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping
 
 from .. import resources as res
-from ..cloudprovider.types import CAPACITY_SPOT, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE
+from ..cloudprovider.types import CAPACITY_SPOT, LABEL_CAPACITY_TYPE, LABEL_ZONE
 from ..disruption.candidates import pdb_blocks
 from ..disruption.drift import drift_reason
 from ..disruption.methods import POLL_PERIOD, VALIDATION_DELAY, Command, DisruptionEngine

@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 
 from .. import resources as res
-from ..cloudprovider.types import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from .sim import PRICE_ANNOTATION, PRICE_ESTIMATED_ANNOTATION, ClaimRec, Simulation, fmt_time
 
 

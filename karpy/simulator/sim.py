@@ -40,8 +40,8 @@ from ..cloudprovider.types import (
     Offering,
 )
 from ..provisioning.launch import launch_candidates
-from ..provisioning.templates import build_template, nodepool_taints
-from ..scheduling.pods import PodInfo, Taint, Toleration, compile_pod, untolerated
+from ..provisioning.templates import build_template
+from ..scheduling.pods import PodInfo, Taint, compile_pod, untolerated
 from ..scheduling.requirements import Requirements
 from ..scheduling.scheduler import ExistingNode, NodeClaimTemplate, Results, Scheduler
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
