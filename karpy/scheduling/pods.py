@@ -253,6 +253,15 @@ class PodInfo:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def label_key(self) -> tuple:
+        """(namespace, sorted labels): what topology selectors look at."""
+        lk = self.__dict__.get("_label_key")
+        if lk is None:
+            lk = (self.namespace, tuple(sorted(self.labels.items())))
+            self.__dict__["_label_key"] = lk
+        return lk
+
     def requirements(self, with_preferences: bool = True) -> Requirements:
         """nodeSelector + the first required term (+ the heaviest preference)."""
         r = self.node_selector.copy()

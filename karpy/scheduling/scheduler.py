@@ -255,13 +255,31 @@ class _Claim:
 
 
 class _Node:
-    __slots__ = ("node", "alloc", "used", "req")
+    __slots__ = ("node", "alloc", "used")
 
     def __init__(self, node: ExistingNode, alloc: np.ndarray, used: np.ndarray):
         self.node = node
         self.alloc = alloc
         self.used = used
-        self.req = Requirements.from_labels(node.labels)
+
+    @property
+    def req(self) -> Requirements:
+        # built once per ExistingNode, however many simulations look at it
+        r = getattr(self.node, "_karpy_requirements", None)
+        if r is None:
+            r = Requirements.from_labels(self.node.labels)
+            self.node._karpy_requirements = r  # type: ignore[attr-defined]
+        return r
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The node's labels, its hostname included."""
+        lab = getattr(self.node, "_karpy_labels", None)
+        if lab is None:
+            lab = dict(self.node.labels)
+            lab.setdefault(LABEL_HOSTNAME, self.node.name)
+            self.node._karpy_labels = lab  # type: ignore[attr-defined]
+        return lab
 
     @property
     def hostname(self) -> str:
@@ -327,7 +345,7 @@ class _Class:
     def selecting(self) -> list[TopologyGroup]:
         if self._selecting is None:
             p = self.rep
-            self._selecting = self.solver.topology.selecting(p.namespace, p.labels, (p.namespace, tuple(sorted(p.labels.items()))))
+            self._selecting = self.solver.topology.selecting(p.namespace, p.labels, p.label_key)
         return self._selecting
 
     def inverse(self) -> list[TopologyGroup]:
@@ -426,10 +444,20 @@ class Scheduler:
         }
         # initialized nodes first, then by name, as upstream orders them
         self.nodes = [
-            _Node(n, self.vector(n.allocatable), self.vector(n.requested))
+            _Node(n, *self._node_vectors(n))
             for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable
         ]
         self._built = True
+
+    def _node_vectors(self, n: ExistingNode) -> tuple[np.ndarray, np.ndarray]:
+        """Allocatable and requested as vectors, cached on the node for this resource index."""
+        key = (tuple(self.rnames), tuple(n.allocatable.items()), tuple(n.requested.items()))
+        hit = getattr(n, "_karpy_vectors", None)
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2].copy()
+        alloc, used = self.vector(n.allocatable), self.vector(n.requested)
+        n._karpy_vectors = (key, alloc, used.copy())  # type: ignore[attr-defined]
+        return alloc, used
 
     # --- vectors -------------------------------------------------------------------
     def vector(self, d: Mapping[str, int]) -> np.ndarray:
@@ -453,8 +481,7 @@ class Scheduler:
         """Count pods already running (and their anti-affinity terms) into the groups."""
         placements: list[tuple[PodInfo, Mapping[str, str]]] = []
         for n in self._existing_input:
-            labels = dict(n.labels)
-            labels.setdefault(LABEL_HOSTNAME, n.name)
+            labels = _Node(n, None, None).labels  # type: ignore[arg-type]
             for p in n.bound_pods:
                 placements.append((p, labels))
         placements.extend(self._bound_elsewhere)
@@ -462,7 +489,7 @@ class Scheduler:
             for t in p.anti_affinity:
                 self.topology.anti_group(t)
         for p, labels in placements:
-            for g in self.topology.selecting(p.namespace, p.labels, (p.namespace, tuple(sorted(p.labels.items())))):
+            for g in self.topology.selecting(p.namespace, p.labels, p.label_key):
                 d = labels.get(g.key)
                 if d is not None:
                     g.record(d)
@@ -605,10 +632,8 @@ class Scheduler:
             return 0, None
         if tolerates_all(cls.tolerations, node.node.taints) is not None:
             return 0, None
-        if node.req.compatible(cls.reqs, allow_undefined=frozenset()) is not None:
-            # a registered node has every label it will ever have
-            if not cls.reqs.satisfied_by_labels(node.node.labels):
-                return 0, None
+        if len(cls.reqs) and not cls.reqs.satisfied_by_labels(node.labels):
+            return 0, None  # a node has every label it will ever have
         if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, node.node.host_ports):
             return 0, None
         avail = node.alloc - node.used

@@ -69,14 +69,22 @@ class Topology:
             return group
         return existing
 
+    def _lookup(self, kind: str, key: str, namespaces, selector: LabelSelector, max_skew: int = 0,
+                min_domains: int | None = None) -> TopologyGroup:
+        ident = (kind, key, namespaces, selector.sig, max_skew, min_domains)
+        g = self.groups.get(ident)
+        if g is None:
+            g = self._get(TopologyGroup(kind, key, namespaces, selector, max_skew, min_domains))
+        return g
+
     def spread_group(self, namespace: str, c: SpreadConstraint) -> TopologyGroup:
-        return self._get(TopologyGroup(SPREAD, c.topology_key, frozenset((namespace,)), c.selector, c.max_skew, c.min_domains))
+        return self._lookup(SPREAD, c.topology_key, frozenset((namespace,)), c.selector, c.max_skew, c.min_domains)
 
     def affinity_group(self, term: AffinityTerm) -> TopologyGroup:
-        return self._get(TopologyGroup(AFFINITY, term.topology_key, term.namespaces, term.selector))
+        return self._lookup(AFFINITY, term.topology_key, term.namespaces, term.selector)
 
     def anti_group(self, term: AffinityTerm) -> TopologyGroup:
-        return self._get(TopologyGroup(ANTI_AFFINITY, term.topology_key, term.namespaces, term.selector))
+        return self._lookup(ANTI_AFFINITY, term.topology_key, term.namespaces, term.selector)
 
     def selecting(self, namespace: str, labels: Mapping[str, str], cache_key: tuple | None = None) -> list[TopologyGroup]:
         """Every group whose selector matches a pod with these labels."""
