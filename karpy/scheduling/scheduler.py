@@ -384,10 +384,6 @@ class _Class:
         return reason
 
 
-class _Unplaceable(Exception):
-    pass
-
-
 class Scheduler:
     """One scheduling simulation over a snapshot of the cluster."""
 
