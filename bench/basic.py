@@ -101,64 +101,9 @@ def workload():
     return out
 
 
-# --- the LP bound ---------------------------------------------------------------------
+# --- the LP bound: verify.lp_lower_bound ---------------------------------------------
 
-def _det3(m):
-    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
-
-
-def _solve3(cols, b):
-    """Cramer's rule for B z = b, B given by its three columns; None when singular."""
-    B = [[cols[j][i] for j in range(3)] for i in range(3)]
-    d = _det3(B)
-    if d == 0:
-        return None
-    z = []
-    for j in range(3):
-        Bj = [[(b[i] if k == j else B[i][k]) for k in range(3)] for i in range(3)]
-        z.append(_det3(Bj) / d)
-    return z
-
-
-def lp_lower_bound(types, prices, demand):
-    """Exact optimum of min price.x s.t. alloc.x >= demand, x >= 0 (three resources).
-
-    ``types``: list of (name, (cpu, mem, pods)); ``prices``: list of Fraction; ``demand``: 3 ints.
-    Returns (bound, [(name, x)], dual y) with the dual checked feasible (so the bound is optimal).
-    """
-    rows = len(demand)
-    assert rows == 3
-    cols = [tuple(Fraction(v) for v in a) for _, a in types]
-    cost = list(prices)
-    names = [n for n, _ in types]
-    for r in range(rows):  # surplus columns: -e_r, cost 0
-        cols.append(tuple(Fraction(-1 if i == r else 0) for i in range(rows)))
-        cost.append(Fraction(0))
-        names.append(f"(surplus {('cpu', 'memory', 'pods')[r]})")
-    b = [Fraction(v) for v in demand]
-    best = None
-    for S in itertools.combinations(range(len(cols)), rows):
-        z = _solve3([cols[j] for j in S], b)
-        if z is None or any(v < 0 for v in z):
-            continue
-        val = sum(cost[j] * z[k] for k, j in enumerate(S))
-        if best is None or val < best[0]:
-            best = (val, S, z)
-    if best is None:
-        raise RuntimeError("LP infeasible: no allowed instance type")
-    val, S, z = best
-    # dual: y^T B = c_B  ->  solve B^T y = c_B
-    BT_cols = [[cols[j][i] for j in S] for i in range(rows)]  # columns of B^T are rows of B
-    y = _solve3(BT_cols, [cost[j] for j in S])
-    ok = all(v >= 0 for v in y) and all(
-        sum(cols[t][i] * y[i] for i in range(rows)) <= cost[t] for t in range(len(types)))
-    if not ok:
-        raise RuntimeError("LP dual check failed: the basis found is not optimal")
-    dual_val = sum(b[i] * y[i] for i in range(rows))
-    assert dual_val == val
-    return val, [(names[j], z[k]) for k, j in enumerate(S) if z[k] != 0], y
+from verify import lp_lower_bound  # noqa: E402
 
 
 def integer_optimum(types, prices, shapes, counts):

@@ -9,7 +9,10 @@ karpy.provisioning.launch.launch_candidates would launch first.
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections import Counter, defaultdict
+from fractions import Fraction
 
 from _util import ZONE, allocatable, nodeclaim_zone, single_value
 
@@ -181,3 +184,284 @@ def check_diverse(pods, results, instance_types, info: dict | None = None) -> li
     if n >= 5 and len(results.new_nodeclaims) != n // 5:
         problems.append(f"{len(results.new_nodeclaims)} nodes, expected N//5 = {n // 5}")
     return problems
+
+
+# --- the LP bound (shared by basic.py and e2e.py) ---------------------------------------------------------------------
+
+def _det3(m):
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+
+
+def _solve3(cols, b):
+    """Cramer's rule for B z = b, B given by its three columns; None when singular."""
+    B = [[cols[j][i] for j in range(3)] for i in range(3)]
+    d = _det3(B)
+    if d == 0:
+        return None
+    z = []
+    for j in range(3):
+        Bj = [[(b[i] if k == j else B[i][k]) for k in range(3)] for i in range(3)]
+        z.append(_det3(Bj) / d)
+    return z
+
+
+def lp_lower_bound(types, prices, demand):
+    """Exact optimum of min price.x s.t. alloc.x >= demand, x >= 0 (three resources).
+
+    ``types``: list of (name, (cpu, mem, pods)); ``prices``: list of Fraction; ``demand``: 3 ints.
+    Returns (bound, [(name, x)], dual y) with the dual checked feasible (so the bound is optimal).
+    """
+    rows = len(demand)
+    assert rows == 3
+    cols = [tuple(Fraction(v) for v in a) for _, a in types]
+    cost = list(prices)
+    names = [n for n, _ in types]
+    for r in range(rows):  # surplus columns: -e_r, cost 0
+        cols.append(tuple(Fraction(-1 if i == r else 0) for i in range(rows)))
+        cost.append(Fraction(0))
+        names.append(f"(surplus {('cpu', 'memory', 'pods')[r]})")
+    b = [Fraction(v) for v in demand]
+    best = None
+    for S in itertools.combinations(range(len(cols)), rows):
+        z = _solve3([cols[j] for j in S], b)
+        if z is None or any(v < 0 for v in z):
+            continue
+        val = sum(cost[j] * z[k] for k, j in enumerate(S))
+        if best is None or val < best[0]:
+            best = (val, S, z)
+    if best is None:
+        raise RuntimeError("LP infeasible: no allowed instance type")
+    val, S, z = best
+    # dual: y^T B = c_B  ->  solve B^T y = c_B
+    BT_cols = [[cols[j][i] for j in S] for i in range(rows)]  # columns of B^T are rows of B
+    y = _solve3(BT_cols, [cost[j] for j in S])
+    ok = all(v >= 0 for v in y) and all(
+        sum(cols[t][i] * y[i] for i in range(rows)) <= cost[t] for t in range(len(types)))
+    if not ok:
+        raise RuntimeError("LP dual check failed: the basis found is not optimal")
+    dual_val = sum(b[i] * y[i] for i in range(rows))
+    assert dual_val == val
+    return val, [(names[j], z[k]) for k, j in enumerate(S) if z[k] != 0], y
+
+
+
+
+def lp_cover(demand, types) -> Fraction:
+    """LP bound for ``demand`` (cpu, memory, pods) over ``types`` [(price, cpu, memory, pods)]."""
+    named = [(f"t{i}", (c, m, p)) for i, (_, c, m, p) in enumerate(types)]
+    val, _, _ = lp_lower_bound(named, [t[0] for t in types], demand)
+    return val
+
+
+# --- replaying `karpy simulate` output ---------------------------------------------------------
+
+_UNITS = {"m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+          "Ti": 2**40}
+
+
+def _q(s) -> Fraction:
+    s = str(s)
+    for u in sorted(_UNITS, key=len, reverse=True):
+        if s.endswith(u):
+            return Fraction(s[: -len(u)]) * _UNITS[u]
+    return Fraction(s)
+
+
+def _matches(selector: dict | None, labels: dict) -> bool:
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or ():
+        op, vals, have = e["operator"], e.get("values") or [], labels.get(e["key"])
+        if op == "In" and have not in vals or op == "NotIn" and have in vals:
+            return False
+        if op == "Exists" and e["key"] not in labels or op == "DoesNotExist" and e["key"] in labels:
+            return False
+    return True
+
+
+class _Group:
+    """Pods matching one (namespace, selector) counted per domain of one topology key, with a
+    histogram of the counts over every domain present, so the minimum is cheap."""
+
+    def __init__(self, ns, selector, key):
+        self.ns, self.selector, self.key = ns, selector, key
+        self.counts: Counter = Counter()
+        self.hist: Counter = Counter()  # count -> number of present domains with that count
+        self.domains: Counter = Counter()  # domain -> number of present nodes in it
+
+    def selects(self, ns, labels) -> bool:
+        return ns == self.ns and _matches(self.selector, labels)
+
+    def add_domain(self, d):
+        if self.domains[d] == 0:
+            self.hist[self.counts[d]] += 1
+        self.domains[d] += 1
+
+    def remove_domain(self, d):
+        self.domains[d] -= 1
+        if self.domains[d] == 0:
+            del self.domains[d]
+            self.hist[self.counts[d]] -= 1
+
+    def bump(self, d, delta):
+        if self.domains[d] > 0:
+            self.hist[self.counts[d]] -= 1
+            self.hist[self.counts[d] + delta] += 1
+        self.counts[d] += delta
+
+    def minimum(self) -> int:
+        return min((c for c, n in self.hist.items() if n > 0), default=0)
+
+
+def replay_binds(output: dict) -> list[str]:
+    """Replay a `karpy simulate -o json` run's binds in Event order and report every bind that
+    kube-scheduler would have refused at that moment.
+
+    Nodes enter at their ``NodeReady`` Event and leave at ``RemovingNode``; pods enter at their
+    ``Scheduled`` Event and leave at ``Killing``/``Evicted``/``Preempted``. At each bind it checks,
+    from the Pod and Node objects alone: resources (the requests of the pods on the node within
+    its allocatable), required pod anti-affinity both ways, required pod affinity, and
+    DoNotSchedule topology spreads with the minimum taken over every domain of every node present
+    (the benchmark pods carry no node affinity, so every node is eligible). Counts are kept per
+    (namespace, selector, topology key) group and domain, so each bind costs a few lookups.
+    """
+    items = output["items"]
+    pods = {f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}": p for p in items if p["kind"] == "Pod"}
+    nodes = {n["metadata"]["name"]: n for n in items if n["kind"] == "Node"}
+    present: dict[str, dict] = {}
+    where: dict[str, str] = {}
+    groups: dict[tuple, _Group] = {}
+    owners: dict[tuple, _Group] = {}  # anti-affinity terms of placed pods, counted per domain
+    problems: list[str] = []
+
+    def meta(p):
+        return p["metadata"].get("namespace", "default"), p["metadata"].get("labels") or {}
+
+    def group(table, ns, selector, key):
+        gk = (ns, json.dumps(selector, sort_keys=True), key)
+        g = table.get(gk)
+        if g is None:
+            g = table[gk] = _Group(ns, selector, key)
+            for n in present.values():
+                if key in n["labels"]:
+                    g.add_domain(n["labels"][key])
+            if table is groups:
+                for pk, node in where.items():
+                    d = present[node]["labels"].get(key) if node in present else None
+                    if d is not None and g.selects(*meta(pods[pk])):
+                        g.bump(d, 1)
+        return g
+
+    def requests(p):
+        out = Counter()
+        for c in p["spec"].get("containers") or ():
+            for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+                out[k] += _q(v)
+        out["pods"] += 1
+        return out
+
+    def anti_terms(p):
+        aff = (p["spec"].get("affinity") or {}).get("podAntiAffinity") or {}
+        return aff.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+
+    def move(key, node, delta):
+        p = pods[key]
+        ns, labels = meta(p)
+        n = present[node]
+        for g in groups.values():
+            d = n["labels"].get(g.key)
+            if d is not None and g.selects(ns, labels):
+                g.bump(d, delta)
+        for t in anti_terms(p):
+            g = group(owners, ns, t.get("labelSelector"), t["topologyKey"])
+            d = n["labels"].get(t["topologyKey"])
+            if d is not None:
+                g.bump(d, delta)
+        n["used"] = n["used"] + requests(p) if delta > 0 else n["used"] - requests(p)
+
+    for e in items:
+        if e["kind"] != "Event":
+            continue
+        inv, reason = e["involvedObject"], e["reason"]
+        if inv["kind"] == "Node" and reason == "NodeReady" and inv["name"] in nodes:
+            n = nodes[inv["name"]]
+            present[inv["name"]] = {"labels": n["metadata"].get("labels") or {},
+                                    "alloc": {k: _q(v) for k, v in n["status"]["allocatable"].items()},
+                                    "used": Counter()}
+            for table in (groups, owners):
+                for g in table.values():
+                    if g.key in present[inv["name"]]["labels"]:
+                        g.add_domain(present[inv["name"]]["labels"][g.key])
+        elif inv["kind"] == "Node" and reason == "RemovingNode" and inv["name"] in present:
+            for pk in [pk for pk, nn in where.items() if nn == inv["name"]]:
+                move(pk, inv["name"], -1)
+                del where[pk]
+            for table in (groups, owners):
+                for g in table.values():
+                    if g.key in present[inv["name"]]["labels"]:
+                        g.remove_domain(present[inv["name"]]["labels"][g.key])
+            del present[inv["name"]]
+        elif inv["kind"] == "Pod" and reason in ("Killing", "Evicted", "Preempted"):
+            key = f"{inv.get('namespace', 'default')}/{inv['name']}"
+            node = where.pop(key, None)
+            if node in present and key in pods:
+                move(key, node, -1)
+        elif inv["kind"] == "Pod" and reason == "Scheduled":
+            key = f"{inv.get('namespace', 'default')}/{inv['name']}"
+            node = e["message"].rsplit(" to ", 1)[-1]
+            p = pods.get(key)
+            if p is None or node not in present:
+                continue
+            why = _inadmissible(p, node, present, group, groups, owners, meta)
+            if why:
+                problems.append(f"{e['lastTimestamp']} {key} -> {node}: {why}")
+            where[key] = node
+            move(key, node, +1)
+    return problems
+
+
+def _inadmissible(p, node, present, group, groups, owners, meta) -> str | None:
+    ns, labels = meta(p)
+    target = present[node]
+    need = Counter()
+    for c in p["spec"].get("containers") or ():
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            need[k] += _q(v)
+    need["pods"] += 1
+    for k, v in need.items():
+        if target["used"][k] + v > target["alloc"].get(k, 0):
+            return f"{k} over allocatable"
+    aff = p["spec"].get("affinity") or {}
+    for t in ((aff.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ()):
+        g = group(groups, ns, t.get("labelSelector"), t["topologyKey"])
+        d = target["labels"].get(t["topologyKey"])
+        if d is not None and g.counts[d] > 0:
+            return f"anti-affinity: {g.counts[d]} matching pod(s) in {t['topologyKey']}={d}"
+    for g in owners.values():
+        d = target["labels"].get(g.key)
+        if d is not None and g.counts[d] > 0 and g.selects(ns, labels):
+            return f"a placed pod's anti-affinity covers {g.key}={d}"
+    for t in ((aff.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or ()):
+        g = group(groups, ns, t.get("labelSelector"), t["topologyKey"])
+        d = target["labels"].get(t["topologyKey"])
+        if sum(g.counts.values()) == 0:
+            if not _matches(t.get("labelSelector"), labels):
+                return "affinity: no matching pod anywhere"
+        elif d is None or g.counts[d] == 0:
+            return f"affinity: no matching pod in {t['topologyKey']}={d}"
+    for c in p["spec"].get("topologySpreadConstraints") or ():
+        if c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+            continue
+        g = group(groups, ns, c.get("labelSelector"), c["topologyKey"])
+        d = target["labels"].get(c["topologyKey"])
+        if d is None:
+            return f"node has no {c['topologyKey']}"
+        skew = g.counts[d] + (1 if g.selects(ns, labels) else 0) - g.minimum()
+        if skew > int(c.get("maxSkew", 1)):
+            return f"spread on {c['topologyKey']}: {d} would reach skew {skew} > {c.get('maxSkew', 1)}"
+    return None

@@ -1,4 +1,8 @@
-"""What `karpy simulate` prints: the final state as a v1 List, or a table for people."""
+"""What `karpy simulate` prints: the final state as a v1 List, or a table for people.
+
+Everything here is read back from the API server's objects and the
+simulation's history; nothing is computed afresh.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,17 @@ from typing import Any
 import yaml
 
 from .. import resources as res
-from .sim import PRICE_ANNOTATION, PRICE_ESTIMATED_ANNOTATION, ClaimRec, Simulation, fmt_time
+from ..kube.times import fmt_time, parse_time
+from ..state import pods as P
+from .history import ClaimLife
+from .sim import Simulation
+
+PREFIX = "Failed to schedule pod, "
+OUTPUT_KINDS = ("NodePool", "NodeClaim", "Node", "Pod", "PodDisruptionBudget")
+
+
+def _price(x: float) -> str:
+    return f"{x:.4f}"
 
 
 def _gib(b: int) -> str:
@@ -17,147 +31,94 @@ def _gib(b: int) -> str:
     return f"{g:.0f}Gi" if abs(g - round(g)) < 0.05 else f"{g:.1f}Gi"
 
 
-def _price(x: float) -> str:
-    return f"{x:.4f}"
+def _events(sim: Simulation) -> list[dict]:
+    items, _ = sim.api.list("Event")
+    return sorted(items, key=lambda e: int(e["metadata"].get("resourceVersion") or 0))
 
 
-def _claim_manifest(sim: Simulation, c: ClaimRec) -> dict:
-    labels = sim._claim_labels(c)
-    if c.node:
-        labels["kubernetes.io/hostname"] = c.node
-    annotations = dict(sorted({**c.node_annotations, **c.annotations}.items()))
-    if c.offering is not None:
-        annotations[PRICE_ANNOTATION] = _price(c.offering.price)
-        if c.offering.price_estimated:
-            annotations[PRICE_ESTIMATED_ANNOTATION] = "true"
-    spec_np = (sim.objects.get(("NodePool", "", c.nodepool)) or {}).get("spec") or {}
-    tspec = (spec_np.get("template") or {}).get("spec") or {}
-    spec: dict[str, Any] = {
-        "nodeClassRef": dict(tspec.get("nodeClassRef") or {}),
-        "requirements": c.requirements.to_node_selector(),
-        "resources": {"requests": res.format_resource_list(c.requests)},
-    }
-    for k in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
-        if tspec.get(k) is not None:
-            spec[k] = tspec[k]
-    conditions = []
-    if c.instance_type is not None:
-        conditions.append({"type": "Launched", "status": "True", "lastTransitionTime": fmt_time(c.created)})
-    if c.drifted:
-        conditions.append({"type": "Drifted", "status": "True", "reason": c.drifted,
-                           "lastTransitionTime": fmt_time(c.drifted_since)})
-    if c.disruption_reason and c.deleted is None:
-        conditions.append({"type": "DisruptionReason", "status": "True", "reason": c.disruption_reason,
-                           "message": c.disruption_reason, "lastTransitionTime": fmt_time(c.disruption_started)})
-    if c.registered is not None:
-        conditions.append({"type": "Registered", "status": "True", "lastTransitionTime": fmt_time(c.registered)})
-    if c.initialized is not None:
-        conditions.append({"type": "Initialized", "status": "True", "lastTransitionTime": fmt_time(c.initialized)})
-        conditions.append({"type": "Ready", "status": "True", "lastTransitionTime": fmt_time(c.initialized)})
-    status: dict[str, Any] = {"conditions": conditions}
-    if c.instance_type is not None:
-        status["capacity"] = res.format_resource_list(c.instance_type.capacity)
-        status["allocatable"] = res.format_resource_list(c.instance_type.allocatable)
-        status["providerID"] = f"{c.provider}:///{c.name}"
-    if c.node:
-        status["nodeName"] = c.node
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "name": c.name,
-            "labels": dict(sorted(labels.items())),
-            "annotations": annotations,
-            "creationTimestamp": fmt_time(c.created),
-            "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": c.nodepool}],
-            "finalizers": ["karpenter.sh/termination"],
-        },
-        "spec": spec,
-        "status": status,
-    }
-
-
-def _node_manifest(sim: Simulation, n) -> dict:
-    if n.obj is not None and n.claim is None:
-        return n.obj
-    c = sim.claims.get(n.claim) if n.claim else None
-    annotations = dict(sorted(c.node_annotations.items())) if c is not None else {}
-    if c is not None and c.offering is not None:
-        annotations[PRICE_ANNOTATION] = _price(c.offering.price)
-        if c.offering.price_estimated:
-            annotations[PRICE_ESTIMATED_ANNOTATION] = "true"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": n.name,
-            "labels": dict(sorted(n.labels.items())),
-            "annotations": annotations,
-            "creationTimestamp": fmt_time(n.created),
-            "finalizers": ["karpenter.sh/termination"],
-        },
-        "spec": {"taints": [t.to_obj() for t in n.taints]} if n.taints else {},
-        "status": {
-            "capacity": res.format_resource_list(n.capacity),
-            "allocatable": res.format_resource_list(n.allocatable),
-            "conditions": [{"type": "Ready", "status": "True" if n.ready else "False"}],
-        },
-    }
-
-
-def _pod_manifest(sim: Simulation, p) -> dict:
-    obj = json.loads(json.dumps(p.obj, default=str))
-    status: dict[str, Any] = {"phase": p.phase}
-    if p.node:
-        status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
-        if p.started is not None:
-            status["startTime"] = fmt_time(p.started)
-    else:
-        status["conditions"] = [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": p.message or "waiting for capacity",
-        }]
-        if p.nominated:
-            status["nominatedNodeName"] = p.nominated
-    obj["status"] = status
-    return obj
-
-
-def _nodepool_manifest(sim: Simulation, obj: dict) -> dict:
-    from ..disruption.drift import HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodepool_hash
-
-    out = json.loads(json.dumps(obj, default=str))
-    name = obj["metadata"]["name"]
-    ann = out.setdefault("metadata", {}).setdefault("annotations", {})
-    ann[NODEPOOL_HASH] = nodepool_hash(obj)
-    ann[NODEPOOL_HASH_VERSION] = HASH_VERSION
-    total: dict[str, int] = {}
-    nodes = 0
-    for c in sim.claims.values():
-        if c.nodepool == name and c.deleted is None and c.instance_type is not None:
-            total = res.add(total, c.instance_type.capacity)
-            nodes += 1
-    resources = res.format_resource_list(total)
-    resources["nodes"] = str(nodes)
-    nc, _ = sim._nodeclass(obj)
-    ready = nc is not None
-    out["status"] = {
-        "resources": resources,
-        "conditions": [
-            {"type": "NodeClassReady", "status": "True" if ready else "False",
-             **({} if ready else {"reason": "NodeClassNotFound", "message": "NodeClass not found on cluster"})},
-            {"type": "Ready", "status": "True" if ready else "False"},
-        ],
-    }
+def pending_reasons(sim: Simulation, events: list[dict] | None = None) -> dict[str, str]:
+    """Why Karpenter could not place each pod: its latest FailedScheduling message."""
+    out: dict[str, str] = {}
+    for e in events if events is not None else _events(sim):
+        if e.get("reason") != "FailedScheduling" or (e.get("source") or {}).get("component") != "karpenter":
+            continue
+        inv = e.get("involvedObject") or {}
+        msg = str(e.get("message") or "")
+        out[f"{inv.get('namespace') or 'default'}/{inv.get('name')}"] = msg[len(PREFIX):] if msg.startswith(PREFIX) else msg
     return out
 
 
-def summary(sim: Simulation) -> dict:
-    live = [c for c in sim.claims.values() if c.deleted is None and c.offering is not None]
-    cost = sum(c.offering.price for c in live)
-    pods = list(sim.pods.values())
-    bound = [p for p in pods if p.node]
-    pending = [p for p in pods if not p.node and p.phase == "Pending"]
+def nominations(sim: Simulation, events: list[dict]) -> dict[str, str]:
+    """Where Karpenter last nominated each pod (its ``Nominated`` Event), while that node or NodeClaim exists."""
+    out: dict[str, str] = {}
+    for e in events:
+        if e.get("reason") != "Nominated":
+            continue
+        inv = e.get("involvedObject") or {}
+        kind, _, name = str(e.get("message") or "").rsplit(": ", 1)[-1].partition("/")
+        if sim.api.try_get("NodeClaim" if kind == "nodeclaim" else "Node", name) is not None:
+            out[f"{inv.get('namespace') or 'default'}/{inv.get('name')}"] = name
+    return out
+
+
+def _pod_manifest(p: dict, why: dict[str, str], nominated: dict[str, str]) -> dict:
+    if P.node_name(p) or P.phase(p) != "Pending":
+        return p
+    out = dict(p)
+    status = dict(p.get("status") or {})
+    conds = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+    conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                  "message": why.get(P.pod_key(p)) or "waiting for capacity"})
+    status["conditions"] = conds
+    if P.pod_key(p) in nominated:
+        status["nominatedNodeName"] = nominated[P.pod_key(p)]
+    out["status"] = status
+    return out
+
+
+def _claim_entry(life: ClaimLife) -> dict:
+    return {
+        "name": life.name,
+        "nodePool": life.nodepool,
+        "instanceType": life.instance_type,
+        "capacityType": life.capacity_type,
+        "zone": life.zone,
+        "arch": life.arch,
+        "pricePerHour": _price(life.price) if life.price is not None else None,
+        **({"priceEstimated": True} if life.price_estimated else {}),
+        "createdAt": fmt_time(life.created),
+        "deletedAt": fmt_time(life.deleted),
+        "disruptionReason": life.reason,
+        "launchFailed": not life.launched and life.deleted is not None,
+    }
+
+
+def _disruption_entry(d) -> dict:
+    out: dict[str, Any] = {
+        "startedAt": fmt_time(d.started),
+        "reason": d.reason,
+        "method": d.method,
+        "nodePool": d.nodepool,
+        "candidates": list(d.candidates),
+        "replacements": list(d.replacements),
+    }
+    if d.budget is not None:
+        out["budget"] = dict(d.budget)
+    out["outcome"] = d.outcome
+    if d.message:
+        out["message"] = d.message
+    out["finishedAt"] = fmt_time(d.finished)
+    out["costPerHourBefore"] = _price(d.cost_before)
+    out["costPerHourAfter"] = _price(d.cost_after) if d.cost_after is not None else None
+    return out
+
+
+def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
+    pods, _ = sim.api.list("Pod")
+    bound = [p for p in pods if P.node_name(p)]
+    pending = [p for p in pods if not P.node_name(p) and P.phase(p) == "Pending"]
+    why = why if why is not None else pending_reasons(sim)
+    h = sim.history
     return {
         "apiVersion": "karpy.dev/v1alpha1",
         "kind": "SimulationSummary",
@@ -165,71 +126,38 @@ def summary(sim: Simulation) -> dict:
         "status": {
             "start": fmt_time(sim.start),
             "end": fmt_time(sim.now),
-            "costPerHour": _price(cost),
+            "costPerHour": _price(h.cost),
             "pods": {"total": len(pods), "bound": len(bound), "pending": len(pending)},
-            "nodeClaims": [
-                {
-                    "name": c.name,
-                    "nodePool": c.nodepool,
-                    "instanceType": c.instance_type.name if c.instance_type else None,
-                    "capacityType": c.offering.capacity_type if c.offering else None,
-                    "zone": c.offering.zone if c.offering else None,
-                    "arch": c.instance_type.labels.get("kubernetes.io/arch") if c.instance_type else None,
-                    "pricePerHour": _price(c.offering.price) if c.offering else None,
-                    **({"priceEstimated": True} if c.offering is not None and c.offering.price_estimated else {}),
-                    "createdAt": fmt_time(c.created),
-                    "deletedAt": fmt_time(c.deleted),
-                    "disruptionReason": c.disruption_reason,
-                    "launchFailed": c.launch_failed,
-                }
-                for c in sim.claims.values()
-            ],
+            "nodeClaims": [_claim_entry(life) for life in h.claims.values()],
             "pendingPods": [
-                {"namespace": p.info.namespace, "name": p.info.name, "message": p.message or "waiting for capacity"}
-                for p in sorted(pending, key=lambda p: p.key)
+                {"namespace": p["metadata"].get("namespace", "default"), "name": p["metadata"]["name"],
+                 "message": why.get(P.pod_key(p)) or "waiting for capacity"}
+                for p in sorted(pending, key=P.pod_key)
             ],
+            "disruptions": [_disruption_entry(d) for d in h.disruptions],
         },
     }
 
 
-def _event_manifests(sim: Simulation) -> list[dict]:
-    out = []
-    for i, e in enumerate(sim.events):
-        inv = e["involvedObject"]
-        meta = {"name": f"{inv['name']}.{i:06x}"}
-        if inv.get("namespace"):
-            meta["namespace"] = inv["namespace"]
-        out.append({
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": meta,
-            "involvedObject": inv,
-            "reason": e["reason"],
-            "message": e["message"],
-            "type": e["type"],
-            "source": {"component": "karpenter" if inv["kind"] in ("NodeClaim", "Karpenter", "NodePool") or e["reason"] in (
-                "Nominated", "FailedScheduling") else "default-scheduler"},
-            "firstTimestamp": fmt_time(e["time"]),
-            "lastTimestamp": fmt_time(e["time"]),
-            "count": 1,
-        })
-    return out
-
-
 def result_list(sim: Simulation) -> dict:
+    events = _events(sim)
+    why = pending_reasons(sim, events)
+    nominated = nominations(sim, events)
     items: list[dict] = []
-    for (kind, _, _), obj in sorted(sim.objects.items()):
-        if kind == "NodePool":
-            items.append(_nodepool_manifest(sim, obj))
-    for c in sim.claims.values():
-        if c.deleted is None:
-            items.append(_claim_manifest(sim, c))
-    for n in sorted(sim.nodes.values(), key=lambda n: (n.created, n.name)):
-        items.append(_node_manifest(sim, n))
-    for p in sorted(sim.pods.values(), key=lambda p: p.key):
-        items.append(_pod_manifest(sim, p))
-    items.extend(_event_manifests(sim))
-    items.append(summary(sim))
+    for kind in OUTPUT_KINDS:
+        objs, _ = sim.api.list(kind)
+        if kind == "Pod":
+            objs = [_pod_manifest(p, why, nominated) for p in sorted(objs, key=P.pod_key)]
+        elif kind == "NodeClaim":
+            order = {name: i for i, name in enumerate(sim.history.claims)}
+            objs = sorted(objs, key=lambda o: (order.get(o["metadata"]["name"], len(order)), o["metadata"]["name"]))
+        elif kind == "Node":
+            objs = sorted(objs, key=lambda o: (o["metadata"].get("creationTimestamp") or "", o["metadata"]["name"]))
+        else:
+            objs = sorted(objs, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        items.extend(objs)
+    items.extend(events)
+    items.append(summary(sim, why))
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
 
 
@@ -255,36 +183,41 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
     s = summary(sim)["status"]
+    h = sim.history
+    pods, _ = sim.api.list("Pod")
     pods_on: dict[str, int] = {}
-    for p in sim.pods.values():
-        if p.node and not p.daemon and p.phase in ("Pending", "Running"):
-            pods_on[p.node] = pods_on.get(p.node, 0) + 1
+    for p in pods:
+        if P.node_name(p) and not P.is_daemon(p) and P.phase(p) in ("Pending", "Running"):
+            pods_on[P.node_name(p)] = pods_on.get(P.node_name(p), 0) + 1
+    caps = {}
+    for c in sim.api.list("NodeClaim")[0]:
+        caps[c["metadata"]["name"]] = res.parse_resource_list((c.get("status") or {}).get("capacity"))
     t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", title_justify="left")
     for col in ("NAME", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "CPU", "MEMORY", "$/HOUR", "PODS", "STATE"):
         t.add_column(col, justify="right" if col in ("CPU", "$/HOUR", "PODS") else "left")
     estimated = False
-    for c in sim.claims.values():
-        it = c.instance_type
+    for life in h.claims.values():
         price = "-"
-        if c.offering is not None:
-            price = _price(c.offering.price) + ("*" if c.offering.price_estimated else "")
-            estimated |= c.offering.price_estimated
-        state = "launch failed" if c.launch_failed else (
-            f"deleted: {c.disruption_reason or 'Deleted'}" if c.deleted is not None else (
-                "deleting" if c.deleting_since is not None else ("ready" if c.initialized else "launching")))
+        if life.price is not None and life.launched:
+            price = _price(life.price) + ("*" if life.price_estimated else "")
+            estimated |= life.price_estimated
+        launch_failed = not life.launched and life.deleted is not None
+        state = "launch failed" if launch_failed else (
+            f"deleted: {life.reason or 'Deleted'}" if life.deleted is not None else (
+                "deleting" if life.deleting is not None else ("ready" if life.initialized else "launching")))
+        cap = caps.get(life.name) or {}
         t.add_row(
-            c.name, c.nodepool, it.name if it else "-", c.offering.capacity_type if c.offering else "-",
-            c.offering.zone if c.offering else "-", it.labels.get("kubernetes.io/arch", "-") if it else "-",
-            res.format_units(res.CPU, it.capacity.get(res.CPU, 0)) if it else "-",
-            _gib(it.capacity.get(res.MEMORY, 0)) if it else "-",
-            price, str(pods_on.get(c.node, 0)) if c.node else "0", state,
+            life.name, life.nodepool, life.instance_type or "-", life.capacity_type or "-", life.zone or "-",
+            life.arch or "-", res.format_units(res.CPU, cap[res.CPU]) if res.CPU in cap else "-",
+            _gib(cap[res.MEMORY]) if res.MEMORY in cap else "-", price,
+            str(pods_on.get(life.node or "", 0)) if life.node else "0", state,
         )
     console.print(t)
-    console.print(f"Cost: ${s['costPerHour']}/hour for {sum(1 for c in sim.claims.values() if c.deleted is None and c.offering)} node(s)"
+    live = sum(1 for life in h.claims.values() if life.deleted is None and life.launched)
+    console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s)"
                   + ("   (* spot price estimated by the catalog)" if estimated else ""))
     console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending")
     if s["pendingPods"]:
-        # pods pending for the same reason are shown together
         by_reason: dict[str, list[str]] = {}
         for p in s["pendingPods"]:
             by_reason.setdefault(p["message"], []).append(f"{p['namespace']}/{p['name']}")
@@ -295,17 +228,15 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             pt.add_row(f"{len(names)}: {shown}" if len(names) > 1 else shown, why)
         console.print(pt)
-    disruptions = [c for c in sim.claims.values() if c.deleted is not None and not c.launch_failed]
-    if disruptions:
+    if h.disruptions:
         dt = Table(title="Disruptions", title_justify="left")
-        for col in ("STARTED", "DELETED", "NODECLAIM", "REASON", "REPLACED BY", "$/HOUR BEFORE", "$/HOUR AFTER"):
-            dt.add_column(col, justify="right" if col.startswith("$") else "left")
-        for c in sorted(disruptions, key=lambda c: (c.deleted, c.name)):
-            dt.add_row(
-                fmt_time(c.disruption_started if c.disruption_started is not None else c.deleted), fmt_time(c.deleted), c.name,
-                c.disruption_reason or "Deleted", ", ".join(c.replaced_by) or "-",
-                _price(c.cost_before) if c.cost_before is not None else "-",
-                _price(c.cost_after) if c.cost_after is not None else "-",
-            )
+        for col in ("STARTED", "FINISHED", "REASON", "METHOD", "NODEPOOL", "NODECLAIMS", "REPLACED BY", "BUDGET",
+                    "OUTCOME", "$/HOUR BEFORE", "$/HOUR AFTER"):
+            dt.add_column(col, justify="right" if col.startswith("$") else "left", overflow="fold")
+        for d in h.disruptions:
+            budget = f"{d.budget['disrupting']}/{d.budget['allowed']}" if d.budget else "-"
+            dt.add_row(fmt_time(d.started), fmt_time(d.finished) or "-", d.reason, d.method, d.nodepool,
+                       ", ".join(d.candidates), ", ".join(d.replacements) or "-", budget, d.outcome,
+                       _price(d.cost_before), _price(d.cost_after) if d.cost_after is not None else "-")
         console.print(dt)
     return buf.getvalue()

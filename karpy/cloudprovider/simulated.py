@@ -1,0 +1,373 @@
+"""A simulated cloud, and the CloudProvider that launches into it (``kwok`` and ``simulated``).
+
+:class:`SimulatedCloud` is the cloud itself, part of the simulated world: it
+knows which offerings have capacity (the Scenario's ``unavailable`` and
+``available`` steps), runs instances, and -- as upstream's kwok provider does
+-- turns each instance into a Node object in the API server once the
+NodeClass's registration delay has passed. It also delivers interruption
+notices (the Scenario's ``interrupt`` step).
+
+:class:`SimulatedCloudProvider` is Karpenter's side, behind the
+:class:`~karpy.cloudprovider.provider.CloudProvider` interface: instance types
+from the catalog each NodeClass kind selects (only the kwok catalog for the
+``kwok`` provider), an unavailable-offerings cache (offerings that failed to
+launch are skipped for 3 minutes, as upstream's providers do), and the launch
+choice of :mod:`karpy.provisioning.launch`.
+
+Node names follow each provider: the NodeClaim's name on kwok, ``aks-<name>``
+on Azure, ``ip-192-168-X-Y.<region domain>`` on AWS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..kube import errors as E
+from ..kube.times import fmt_time
+from ..provisioning.launch import launch_candidates
+from ..scheduling.requirements import Requirements
+from .catalog import CatalogProvider, get_provider
+from .provider import InsufficientCapacityError, NodeClaimNotFoundError
+from .types import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_REGION,
+    LABEL_ZONE,
+    InstanceType,
+    Offering,
+)
+
+ICE_TTL = 180.0
+PRICE_ANNOTATION = "karpy.dev/price-per-hour"
+PRICE_ESTIMATED_ANNOTATION = "karpy.dev/price-estimated"
+UNREGISTERED_TAINT = {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
+NODECLASS_HASH_ANNOTATIONS = {
+    "azure": "karpenter.azure.com/aksnodeclass-hash",
+    "aws": "karpenter.k8s.aws/ec2nodeclass-hash",
+    "kwok": "karpenter.kwok.sh/kwoknodeclass-hash",
+}
+
+
+@dataclass(eq=False)
+class Instance:
+    provider_id: str
+    node_name: str
+    nodeclaim: str
+    instance_type: InstanceType
+    offering: Offering
+    catalog: CatalogProvider
+    region: str
+    launched: float
+    labels: dict[str, str]
+    taints: list[dict]
+    annotations: dict[str, str]
+    terminated: bool = False
+
+
+class SimulatedCloud:
+    """The cloud: capacity, instances, and the Nodes they register as."""
+
+    def __init__(self, api: Any, clock: Any, region: str | None = None):
+        self.api = api
+        self.clock = clock
+        self.region_override = region
+        self.instances: dict[str, Instance] = {}
+        self.rules: list[tuple[frozenset | None, frozenset | None, str | None, bool]] = []
+        self.rules_version = 0
+        self._aws_seq = 0
+        self._messages: list[dict] = []
+        self._subscribers: list[Callable[[], None]] = []
+
+    def region_for(self, catalog: CatalogProvider) -> str:
+        return self.region_override or catalog.default_region
+
+    # --- capacity ----------------------------------------------------------------------------
+    def set_availability(self, types: Any, zones: Any, capacity_type: str | None, available: bool) -> None:
+        self.rules.append((frozenset(types) if types else None, frozenset(zones) if zones else None,
+                           capacity_type or None, available))
+        self.rules_version += 1
+
+    def has_capacity(self, it: InstanceType, o: Offering) -> bool:
+        verdict = True
+        for types, zones, ct, available in self.rules:
+            if types is not None and it.name not in types:
+                continue
+            if zones is not None and o.zone not in zones:
+                continue
+            if ct is not None and o.capacity_type != ct:
+                continue
+            verdict = available
+        return verdict
+
+    # --- instances ---------------------------------------------------------------------------
+    def run_instance(self, nodeclaim: dict, it: InstanceType, o: Offering, catalog: CatalogProvider,
+                     nodeclass: dict | None, labels: dict[str, str]) -> Instance | None:
+        """Launch one offering; None when it has no capacity."""
+        if not self.has_capacity(it, o):
+            return None
+        claim = nodeclaim["metadata"]["name"]
+        region = self.region_for(catalog)
+        node_name = self._node_name(claim, catalog.name, region)
+        pid = self._provider_id(catalog.name, node_name, o.zone, region)
+        spec = nodeclaim.get("spec") or {}
+        taints = [dict(t) for t in spec.get("taints") or ()] + [dict(t) for t in spec.get("startupTaints") or ()]
+        taints.append(dict(UNREGISTERED_TAINT))
+        inst = Instance(pid, node_name, claim, it, o, catalog, region, self.clock.now(), dict(labels), taints,
+                        {PRICE_ANNOTATION: f"{o.price:.4f}", **({PRICE_ESTIMATED_ANNOTATION: "true"} if o.price_estimated else {})})
+        self.instances[pid] = inst
+        delay = catalog.registration_delay(nodeclass)
+        self.clock.call_later(delay, lambda: self._register(inst), keepalive=True, label=f"register/{node_name}")
+        return inst
+
+    def _node_name(self, claim: str, provider: str, region: str) -> str:
+        if provider == "azure":
+            name = f"aks-{claim}"
+        elif provider == "aws":
+            self._aws_seq += 1
+            i = self._aws_seq
+            domain = "ec2.internal" if region == "us-east-1" else f"{region}.compute.internal"
+            name = f"ip-192-168-{(i // 250) % 250}-{i % 250 + 1}.{domain}"
+        else:
+            name = claim
+        self.api.names.reserve(name) if hasattr(self.api, "names") else None
+        return name
+
+    @staticmethod
+    def _provider_id(provider: str, node_name: str, zone: str, region: str) -> str:
+        if provider == "azure":
+            return (f"azure:///subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/karpy-{region}/"
+                    f"providers/Microsoft.Compute/virtualMachines/{node_name}")
+        if provider == "aws":
+            import hashlib
+
+            return f"aws:///{zone}/i-{hashlib.sha1(node_name.encode()).hexdigest()[:17]}"
+        return f"kwok://{node_name}"
+
+    def _register(self, inst: Instance) -> None:
+        """The instance boots and its kubelet registers a Node (as kwok creates one)."""
+        if inst.terminated:
+            return
+        labels = dict(inst.labels)
+        labels[LABEL_HOSTNAME] = inst.node_name
+        cap = inst.instance_type.capacity
+        alloc = inst.instance_type.allocatable
+        from ..resources import format_resource_list
+
+        node = {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": inst.node_name, "labels": dict(sorted(labels.items())),
+                         "annotations": dict(inst.annotations)},
+            "spec": {"providerID": inst.provider_id, "taints": [dict(t) for t in inst.taints]},
+            "status": {
+                "capacity": format_resource_list(cap), "allocatable": format_resource_list(alloc),
+                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                "lastTransitionTime": fmt_time(self.clock.now())}],
+                "phase": "Pending",
+            },
+        }
+        try:
+            self.api.create(node)
+        except E.AlreadyExists:
+            pass
+
+    def terminate(self, provider_id: str) -> bool:
+        """Terminate an instance; False when there is none (any more)."""
+        inst = self.instances.pop(provider_id, None)
+        if inst is None:
+            return False
+        inst.terminated = True
+        return True
+
+    def find(self, provider_id: str) -> Instance | None:
+        return self.instances.get(provider_id)
+
+    def by_node_name(self, name: str) -> Instance | None:
+        for inst in self.instances.values():
+            if inst.node_name == name:
+                return inst
+        return None
+
+    # --- interruptions -----------------------------------------------------------------------
+    def interrupt(self, inst: Instance) -> None:
+        kind = "SpotInterruption" if inst.offering.capacity_type == "spot" else "InstanceStopping"
+        self._messages.append({"kind": kind, "providerID": inst.provider_id, "instanceType": inst.instance_type.name,
+                               "zone": inst.offering.zone, "capacityType": inst.offering.capacity_type,
+                               "time": self.clock.now()})
+        for fn in self._subscribers:
+            fn()
+
+    def subscribe(self, fn: Callable[[], None]) -> None:
+        self._subscribers.append(fn)
+
+    def take_messages(self) -> list[dict]:
+        out, self._messages = self._messages, []
+        return out
+
+
+class SimulatedCloudProvider:
+    """Karpenter's CloudProvider over a :class:`SimulatedCloud`.
+
+    ``nodeclass_lookup(kind, name)`` returns a NodeClass object (from the informer
+    cache). ``kinds`` restricts the NodeClass kinds served (``{"KWOKNodeClass"}``
+    for the ``kwok`` provider).
+    """
+
+    def __init__(self, cloud: SimulatedCloud, nodeclass_lookup: Callable[[str, str], dict | None], clock: Any,
+                 recorder: Any = None, kinds: frozenset[str] | None = None, name: str = "simulated"):
+        self.cloud = cloud
+        self.lookup = nodeclass_lookup
+        self.clock = clock
+        self.recorder = recorder
+        self.kinds = kinds
+        self.name = name
+        self.ice: dict[tuple[str, str, str], float] = {}
+        self.ice_version = 0
+
+    # --- catalogs ----------------------------------------------------------------------------
+    def catalog(self, nodeclass_ref: dict | None) -> CatalogProvider:
+        ref = nodeclass_ref or {}
+        return get_provider(ref.get("group") or ref.get("kind") or "karpenter.kwok.sh")
+
+    def serves(self, nodeclass_ref: dict | None) -> bool:
+        ref = nodeclass_ref or {}
+        try:
+            cat = self.catalog(ref)
+        except ValueError:
+            return False
+        return self.kinds is None or cat.nodeclass_kind in self.kinds
+
+    def _unavailable(self, it: InstanceType, o: Offering) -> bool:
+        t = self.ice.get((it.name, o.zone, o.capacity_type))
+        return t is not None and t > self.clock.now()
+
+    def ice_key(self) -> tuple:
+        """Changes whenever the set of offerings known to be out of capacity changes."""
+        now = self.clock.now()
+        return tuple(sorted(k for k, t in self.ice.items() if t > now))
+
+    def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:
+        ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        cat = self.catalog(ref)
+        types = cat.instance_types(self.cloud.region_for(cat), nodeclass)
+        now = self.clock.now()
+        if not any(t > now for t in self.ice.values()):
+            return types
+        out = []
+        for it in types:
+            if any(self._unavailable(it, o) for o in it.offerings):
+                it = InstanceType(it.name, it.labels, it.capacity, it.overhead,
+                                  [Offering(o.zone, o.capacity_type, o.price, o.available and not self._unavailable(it, o),
+                                            o.price_estimated, o.reservation_id) for o in it.offerings])
+            out.append(it)
+        return out
+
+    def well_known_labels(self, nodepool: dict) -> frozenset[str]:
+        ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        try:
+            return self.catalog(ref).WELL_KNOWN_LABELS
+        except ValueError:
+            return frozenset()
+
+    def registration_delay(self, nodeclass_ref: dict | None, nodeclass: dict | None) -> float:
+        return self.catalog(nodeclass_ref).registration_delay(nodeclass)
+
+    # --- launch ------------------------------------------------------------------------------
+    def create(self, nodeclaim: dict) -> dict:
+        spec = nodeclaim.get("spec") or {}
+        ref = spec.get("nodeClassRef") or {}
+        cat = self.catalog(ref)
+        nodeclass = self.lookup(ref.get("kind") or cat.nodeclass_kind, ref.get("name", ""))
+        if nodeclass is None:
+            raise InsufficientCapacityError(f"resolving node class from nodeclaim, {cat.nodeclass_kind} "
+                                            f"\"{ref.get('name', '')}\" not found")
+        reqs = Requirements.from_node_selector(spec.get("requirements") or ())
+        allowed = reqs.get(LABEL_INSTANCE_TYPE)
+        region = self.cloud.region_for(cat)
+        types = [it for it in cat.instance_types(region, nodeclass) if allowed.has(it.name)]
+        name = nodeclaim["metadata"]["name"]
+        for cand in launch_candidates(reqs, types, self._unavailable):
+            it, o = cand.instance_type, cand.offering
+            labels = self._labels(nodeclaim, reqs, it, o, cat, region)
+            inst = self.cloud.run_instance(nodeclaim, it, o, cat, nodeclass, labels)
+            if inst is None:
+                self.ice[(it.name, o.zone, o.capacity_type)] = self.clock.now() + ICE_TTL
+                self.ice_version += 1
+                if self.recorder is not None:
+                    from ..runtime.events import ref as obj_ref
+
+                    self.recorder.publish(obj_ref(nodeclaim), "InsufficientCapacity",
+                                          f"{it.name} {o.capacity_type} in {o.zone} is out of capacity, trying the next offering",
+                                          "Warning")
+                continue
+            return self._as_nodeclaim(nodeclaim, inst)
+        raise InsufficientCapacityError("all requested instance types were unavailable during launch")
+
+    @staticmethod
+    def _labels(nodeclaim: dict, reqs: Requirements, it: InstanceType, o: Offering, cat: CatalogProvider,
+                region: str) -> dict[str, str]:
+        labels = dict((nodeclaim.get("metadata") or {}).get("labels") or {})
+        for r in reqs:
+            if not r.complement and r.values and r.key not in (LABEL_HOSTNAME, LABEL_INSTANCE_TYPE):
+                labels.setdefault(r.key, sorted(r.values)[0])
+        labels.update(reqs.labels())
+        labels.pop(LABEL_INSTANCE_TYPE, None)
+        labels.update(it.labels)
+        labels.update(cat.offering_labels(o))
+        labels[LABEL_ZONE] = o.zone
+        labels[LABEL_CAPACITY_TYPE] = o.capacity_type
+        if cat.name != "kwok":  # upstream's kwok provider sets no region label
+            labels[LABEL_REGION] = region
+        labels.pop(LABEL_HOSTNAME, None)
+        np = labels.get(LABEL_NODEPOOL)
+        if np:
+            labels[LABEL_NODEPOOL] = np
+        return labels
+
+    def _as_nodeclaim(self, nodeclaim: dict, inst: Instance) -> dict:
+        from ..resources import format_resource_list
+
+        return {
+            "metadata": {"name": nodeclaim["metadata"]["name"], "labels": dict(inst.labels),
+                         "annotations": dict(inst.annotations)},
+            "status": {
+                "providerID": inst.provider_id,
+                "capacity": format_resource_list(inst.instance_type.capacity),
+                "allocatable": format_resource_list(inst.instance_type.allocatable),
+                "imageID": f"{inst.catalog.name}-image",
+            },
+        }
+
+    def delete(self, nodeclaim: dict) -> None:
+        pid = (nodeclaim.get("status") or {}).get("providerID") or ""
+        if not self.cloud.terminate(pid):
+            raise NodeClaimNotFoundError(f"instance {pid} not found")
+        raise NodeClaimNotFoundError("instance terminated")
+
+    def get(self, provider_id: str) -> dict:
+        inst = self.cloud.find(provider_id)
+        if inst is None:
+            raise NodeClaimNotFoundError(f"instance {provider_id} not found")
+        return self._as_nodeclaim({"metadata": {"name": inst.nodeclaim}}, inst)
+
+    def list(self) -> list[dict]:
+        return [self._as_nodeclaim({"metadata": {"name": i.nodeclaim}}, i) for i in self.cloud.instances.values()]
+
+    def offering_of(self, provider_id: str) -> tuple[InstanceType, Offering] | None:
+        inst = self.cloud.find(provider_id)
+        return (inst.instance_type, inst.offering) if inst is not None else None
+
+    def is_drifted(self, nodeclaim: dict, nodeclass: dict | None) -> str | None:
+        return None  # NodeClass drift is judged from the NodeClass hash annotation (karpy.disruption.drift)
+
+    def subscribe_interruptions(self, callback: Callable[[], None]) -> None:
+        self.cloud.subscribe(callback)
+
+    def interruption_messages(self) -> list[dict]:
+        return self.cloud.take_messages()
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        self.ice[(instance_type, zone, capacity_type)] = self.clock.now() + ICE_TTL
+        self.ice_version += 1

@@ -1,0 +1,486 @@
+"""The disruption controller and its orchestration queue (upstream ``pkg/controllers/disruption``).
+
+Every 10 seconds the controller takes a snapshot of the cluster state and asks
+the pure engine (:mod:`karpy.disruption.methods`) for a command: emptiness,
+drift, multi-node and single-node consolidation, in that order, within the
+NodePools' budgets. A consolidation or emptiness command is validated again
+after 15 seconds (upstream's validation wait) before it starts; drift starts
+at once.
+
+Starting a command (the queue): taint the candidates
+``karpenter.sh/disrupted:NoSchedule``, set their ``DisruptionReason``
+condition, create the replacement NodeClaims, mark the candidates for deletion
+in the cluster state, and wait. Once every replacement is initialized the
+candidates are deleted (their termination drains them); if a replacement fails
+to launch, is deleted, or is not initialized within 10 minutes, the command is
+rolled back: taint and condition removed, candidates unmarked.
+
+Every command is logged ("disrupting node(s)") with its reason, method,
+candidates, replacements and the budget in force, and its outcome.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import resources as res
+from ..cloudprovider.types import LABEL_INSTANCE_TYPE, InstanceType
+from ..disruption.budgets import REASONS, allowed_disruptions
+from ..disruption.methods import POLL_PERIOD, VALIDATION_DELAY, Command, DisruptionEngine, Event
+from ..disruption.state import DISRUPTED_TAINT, ClusterSnapshot, NodeState
+from ..kube import errors as E
+from ..kube.port import DELETED
+from ..kube.times import fmt_time, parse_time
+from ..runtime.events import ref
+from ..runtime.manager import condition, deleting, is_true
+from ..state.cluster import StateNode
+from .env import Env
+from .lifecycle import clear_condition, set_condition
+from .provisioning import Provisioner
+
+REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
+EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
+FORCED_RECHECK = 300.0
+
+
+@dataclass(eq=False)
+class Running:
+    """A command in the orchestration queue."""
+
+    id: int
+    command: Command
+    candidates: list[StateNode]
+    claims: list[str]
+    replacements: list[str]
+    started: float
+    nodepool: str
+    budget: dict
+    cost_before: float
+    initialized: set[str] = field(default_factory=set)
+
+
+class Disruption:
+    name = "disruption"
+    priority = 1  # at equal times, the disruption pass runs after everything else has settled
+
+    def __init__(self, env: Env, provisioner: Provisioner):
+        self.env = env
+        self.provisioner = provisioner
+        self.engine = DisruptionEngine()
+        self.validating: Command | None = None
+        self.validate_at: float | None = None
+        self.queue: dict[int, Running] = {}
+        self._ids = itertools.count(1)
+        self._last_key: tuple | None = None
+        self._types: dict[str, tuple[tuple, dict[str, InstanceType]]] = {}
+        self.orchestrator = Orchestrator(self)
+        self.started = False
+
+    def setup(self, mgr) -> None:
+        mgr.watch("NodeClaim", self._on_claim)
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        if not self.started and etype != DELETED:
+            self.started = True
+            self.env.mgr.requeue_after(self, "", POLL_PERIOD)
+
+    def busy(self) -> bool:
+        return self.validating is not None or bool(self.queue)
+
+    # --- the loop ------------------------------------------------------------------------------
+    def reconcile(self, key: Any) -> float | None:
+        env = self.env
+        if self.validating is not None:
+            if self.validate_at is not None and env.now() + 1e-9 < self.validate_at:
+                return self.validate_at - env.now()
+            self._validate()
+            return POLL_PERIOD
+        c = env.cluster
+        if not c.by_claim:
+            self.started = False
+            return None
+        self._remove_stale_taints()
+        key = self._key()
+        if key == self._last_key:
+            return POLL_PERIOD  # nothing the methods look at has changed since they last found nothing
+        snap = self.snapshot()
+        step = self.engine.step(snap, hash(key))
+        for e in step.events:
+            self.emit(e)
+        cmd = step.command
+        if cmd is None:
+            self._last_key = key
+            return POLL_PERIOD
+        self._last_key = None
+        if cmd.method in ("emptiness", "multi", "single"):
+            self.validating = cmd
+            self.validate_at = env.now() + VALIDATION_DELAY
+            return VALIDATION_DELAY
+        self.start(cmd)
+        return POLL_PERIOD
+
+    def _validate(self) -> None:
+        cmd, self.validating, self.validate_at = self.validating, None, None
+        if cmd is None:
+            return
+        snap = self.snapshot()
+        fresh, why = self.engine.validate(snap, cmd)
+        if fresh is None:
+            if cmd.method == "single":
+                for cand in cmd.candidates:
+                    self.emit_node(cand.name, "ConsolidationRejected",
+                                   f"Consolidation rejected: {cmd.describe()}, reason: {why} (savings: ${cmd.savings:.2f})")
+            self.env.log.info("abandoning disruption command, validation failed", controller=self.name,
+                              command=cmd.describe(), reason=why)
+            return
+        self.start(fresh)
+
+    def _remove_stale_taints(self) -> None:
+        """Nodes that carry the disrupted taint but no command or deletion holds any more (upstream
+        removes the taint and the DisruptionReason condition at the start of each pass)."""
+        env = self.env
+        held = {id(sn) for r in self.queue.values() for sn in r.candidates}
+        for sn in list(env.cluster.nodes.values()):
+            if sn.claim is None or sn.node is None or id(sn) in held or sn.marked or sn.deleting():
+                continue
+            if any(t.get("key") == DISRUPTED_TAINT.key for t in sn.taints()):
+                self.orchestrator.untaint(sn)
+
+    def _key(self) -> tuple:
+        """What the disruption methods depend on: cluster changes, nodes becoming consolidatable,
+        the budgets' allowances (schedules open and close), do-not-disrupt durations, and a forced
+        re-check every 5 minutes, as upstream."""
+        env = self.env
+        c = env.cluster
+        now = env.now()
+        consolidatable = []
+        counts: dict[str, int] = {}
+        for sn in c.nodes.values():
+            if sn.claim is None or not sn.initialized() or sn.deleting():
+                continue
+            np = sn.nodepool or ""
+            counts[np] = counts.get(np, 0) + 1
+            if _consolidatable(sn, c.nodepools.get(np), now):
+                consolidatable.append(sn.name)
+        budgets = []
+        for name in sorted(c.nodepools):
+            budgets.append(tuple(allowed_disruptions(c.nodepools[name], counts.get(name, 0), r, now) for r in REASONS))
+        guarded = []
+        for sn in c.nodes.values():
+            for e in sn.pods.values():
+                if e.active and not e.daemon and (e.obj.get("metadata") or {}).get("annotations", {}).get("karpenter.sh/do-not-disrupt"):
+                    if c.pod_state(e).do_not_disrupt(now):
+                        guarded.append(e.key)
+        return (c.version, tuple(sorted(consolidatable)), tuple(budgets), tuple(sorted(guarded)), int(now // FORCED_RECHECK))
+
+    # --- the snapshot ---------------------------------------------------------------------------
+    def instance_types(self, nodepool_name: str) -> dict[str, InstanceType]:
+        c = self.env.cluster
+        np = c.nodepools.get(nodepool_name)
+        if np is None:
+            return {}
+        nodeclass, _ = c.nodeclass_for(np)
+        key = (np["metadata"].get("resourceVersion"), (nodeclass or {}).get("metadata", {}).get("resourceVersion"),
+               self.env.cloud.ice_key() if hasattr(self.env.cloud, "ice_key") else ())
+        hit = self._types.get(nodepool_name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        try:
+            types = {it.name: it for it in self.env.cloud.get_instance_types(np, nodeclass)}
+        except ValueError:
+            types = {}
+        self._types[nodepool_name] = (key, types)
+        return types
+
+    def snapshot(self) -> ClusterSnapshot:
+        env = self.env
+        c = env.cluster
+        now = env.now()
+        templates, _, _ = self.provisioner.templates()
+        existing = {e.name: e for e in self.provisioner.existing()}
+        queued = {name for r in self.queue.values() for name in r.claims}
+        if self.validating is not None:
+            for cand in self.validating.candidates:
+                sn = c.state_node_by_name(cand.name)
+                if sn is not None and sn.claim_name:
+                    queued.add(sn.claim_name)
+        nominated_targets = set()
+        for pk, target in c.nominations.items():
+            e = c.pods.get(pk)
+            if e is not None and not e.node:
+                nominated_targets.add(target)
+        nodes: list[NodeState] = []
+        for sn in sorted(c.nodes.values(), key=_created_order):
+            if sn.node is None:
+                continue
+            if sn.name not in existing:
+                continue
+            pods = []
+            for e in sn.pods.values():
+                if not e.active:
+                    continue
+                target = c.nominations.get(e.key)
+                if (sn.marked or sn.deleting()) and target is not None and target != sn.key and c.live_target(target):
+                    continue  # already planned on (and counted against) its replacement
+                pods.append(e)
+            np = c.nodepools.get(sn.nodepool or "") if sn.claim is not None else None
+            after = ((np or {}).get("spec") or {}).get("disruption", {}).get("consolidateAfter", "0s") if np else None
+            st = c.node_state(sn, pods, now, after, sn.key in nominated_targets, bool(sn.claim_name and sn.claim_name in queued),
+                              existing[sn.name])
+            st.instance_type = self.instance_types(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, "")) \
+                if sn.claim is not None else None
+            st.price = offering_price(st.instance_type, sn.labels(), st.price)
+            st.consolidatable = _consolidatable(sn, np, now)
+            st.under_consolidate_after = _under_consolidate_after(sn, np, now)
+            nodes.append(st)
+        # launched NodeClaims that have not registered yet are capacity too (never candidates)
+        for sn in sorted(c.nodes.values(), key=_created_order):
+            if sn.node is not None or sn.claim is None or not sn.launched() or sn.deleting() or sn.name not in existing:
+                continue
+            it = self.instance_types(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, ""))
+            nodes.append(NodeState(
+                name=sn.name, nodeclaim=sn.claim_name, nodepool=sn.nodepool, labels=existing[sn.name].labels,
+                instance_type=it, price=offering_price(it, sn.labels(), sn.price()), pods=[], existing=existing[sn.name], initialized=False, ready=False, registered=False,
+                marked_for_deletion=sn.marked,
+            ))
+        pending, _ = self.provisioner.provisionable()
+        return ClusterSnapshot(
+            now=now, nodes=nodes, nodepools=dict(c.nodepools), templates=templates,
+            pending_pods=[c.pod_info(e) for e in pending], pdbs=c.pdb_states(),
+            feature_gates=env.settings.feature_gates,
+        )
+
+    # --- events ---------------------------------------------------------------------------------
+    def emit(self, e: Event) -> None:
+        if e.kind == "Node":
+            self.emit_node(e.name, e.reason, e.message, e.etype, dedupe=True)
+        else:
+            obj = self.env.cluster.nodepools.get(e.name) if e.kind == "NodePool" else None
+            self.env.recorder.publish(ref(obj, kind=e.kind, name=e.name), e.reason, e.message, e.etype,
+                                      dedupe=EVENT_DEDUPE.get(e.reason, 120.0))
+
+    def emit_node(self, name: str, reason: str, message: str, etype: str = "Normal", dedupe: bool = False) -> None:
+        c = self.env.cluster
+        sn = c.state_node_by_name(name)
+        window = EVENT_DEDUPE.get(reason, 120.0) if dedupe else None
+        node = sn.node if sn is not None else None
+        self.env.recorder.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window)
+        if sn is not None and sn.claim is not None:
+            self.env.recorder.publish(ref(sn.claim), reason, message, etype, dedupe=window)
+
+    # --- starting a command --------------------------------------------------------------------
+    def start(self, cmd: Command) -> None:
+        self.orchestrator.start(cmd)
+
+
+class Orchestrator:
+    """The orchestration queue: replacements first, then the candidates go; rollback on failure."""
+
+    name = "disruption.queue"
+
+    def __init__(self, disruption: Disruption):
+        self.d = disruption
+        self.env = disruption.env
+
+    def setup(self, mgr) -> None:
+        mgr.watch("NodeClaim", self._on_claim)
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = obj["metadata"]["name"]
+        for r in self.d.queue.values():
+            if name in r.replacements:
+                self.env.mgr.enqueue(self, r.id)
+
+    def start(self, cmd: Command) -> None:
+        env = self.env
+        c = env.cluster
+        now = env.now()
+        cands: list[StateNode] = []
+        for cand in cmd.candidates:
+            sn = c.state_node_by_name(cand.name)
+            if sn is None or sn.claim is None or sn.marked or sn.deleting():
+                return
+            cands.append(sn)
+        nodepool = cands[0].nodepool or ""
+        budget = self._budget(nodepool, cmd.reason)
+        before = cost_now(c)
+        for sn in cands:
+            self.taint(sn)
+            st = dict(sn.claim.get("status") or {})
+            set_condition(st, "DisruptionReason", "True", now, reason=cmd.reason, message=cmd.reason)
+            env.api.patch("NodeClaim", sn.claim_name, {"status": st}, subresource="status")
+            if cmd.replacements or cmd.reason != "Empty":
+                under = cmd.reason == "Underutilized"
+                self.d.emit_node(sn.name, "ConsolidationCandidate" if under else "DisruptionStarted",
+                                 f"{'Consolidation candidate' if under else 'Disrupting'}: {cmd.describe()}"
+                                 + (f" (savings: ${cmd.savings:.2f})" if under else ""))
+        env.mgr.pump()
+        replacements = []
+        for rep in cmd.replacements:
+            np = c.nodepools.get(rep.template.nodepool)
+            nodeclass, _ = c.nodeclass_for(np) if np is not None else (None, None)
+            if np is None or nodeclass is None:
+                continue
+            created = self.d.provisioner.create_nodeclaim(rep, np, nodeclass, nominate=False, reason=cmd.reason.lower())
+            name = created["metadata"]["name"]
+            replacements.append(name)
+            env.recorder.publish(ref(created), "DisruptionLaunching", f"Launching NodeClaim: {cmd.reason}")
+            sn = c.by_claim.get(name)
+            if sn is not None:
+                # the candidates' pods are expected on the replacement
+                window = max(2 * env.settings.batch_max, 10.0)
+                for p in rep.pods:
+                    if p.key in c.pods:
+                        c.nominate(p.key, sn.key, window)
+        c.mark_for_deletion(cands)
+        r = Running(next(self.d._ids), cmd, cands, [sn.claim_name for sn in cands], replacements, now, nodepool,
+                    budget, before)
+        self.d.queue[r.id] = r
+        env.log.info("disrupting node(s)", controller=self.d.name, command=cmd.describe(), reason=cmd.reason,
+                     method=cmd.method, nodepool=nodepool, candidates=list(r.claims), replacements=list(replacements),
+                     budget=budget, decision=cmd.decision, savings=round(cmd.savings, 6),
+                     **{"command-id": r.id, "cost-before": before})
+        env.mgr.enqueue(self, r.id)
+
+    def _budget(self, nodepool: str, reason: str) -> dict:
+        """The NodePool's allowance for this reason and its nodes already being disrupted, right now."""
+        c = self.env.cluster
+        now = self.env.now()
+        total = disrupting = 0
+        for sn in c.nodes.values():
+            if sn.claim is None or sn.nodepool != nodepool or not sn.initialized():
+                continue
+            total += 1
+            if sn.marked or sn.deleting() or not sn.ready():
+                disrupting += 1
+        np = c.nodepools.get(nodepool)
+        allowed = allowed_disruptions(np, total, reason, now) if np is not None else 0
+        return {"allowed": allowed, "disrupting": disrupting}
+
+    def reconcile(self, cid: int) -> float | None:
+        env = self.env
+        c = env.cluster
+        r = self.d.queue.get(cid)
+        if r is None:
+            return None
+        failed = None
+        for name in r.replacements:
+            sn = c.by_claim.get(name)
+            claim = sn.claim if sn is not None else None
+            if claim is None or deleting(claim):
+                failed = "replacement was deleted" if claim is None else "replacement is being deleted"
+                break
+            if is_true(claim, "Initialized"):
+                r.initialized.add(name)
+        if failed is None and env.now() - r.started > REPLACEMENT_TIMEOUT and len(r.initialized) < len(r.replacements):
+            failed = "command reached timeout"
+        if failed is not None:
+            self._rollback(r, failed)
+            return None
+        if len(r.initialized) < len(r.replacements):
+            for name in r.replacements:
+                if name not in r.initialized:
+                    sn = c.by_claim.get(name)
+                    env.recorder.publish(ref(sn.claim if sn else None, kind="NodeClaim", name=name),
+                                         "DisruptionWaitingReadiness", "Waiting on readiness to continue disruption",
+                                         dedupe=120.0)
+            return 10.0
+        for sn in r.candidates:
+            if sn.claim is None or deleting(sn.claim):
+                continue
+            self.d.emit_node(sn.name, "DisruptionTerminating", f"Disrupting Node: {r.command.reason}")
+            try:
+                env.api.delete("NodeClaim", sn.claim_name)
+            except E.NotFound:
+                pass
+        del self.d.queue[cid]
+        env.log.info("command succeeded", controller=self.name, **{"command-id": r.id}, outcome="succeeded")
+        return None
+
+    def _rollback(self, r: Running, why: str) -> None:
+        env = self.env
+        c = env.cluster
+        for sn in r.candidates:
+            if sn.claim is None or deleting(sn.claim):
+                continue
+            self.untaint(sn)
+        c.unmark_for_deletion([sn for sn in r.candidates])
+        env.recorder.publish({"kind": "Karpenter", "name": "disruption"}, "DisruptionAbandoned",
+                             f"abandoned {r.command.describe()}: {why}", "Warning")
+        env.log.error("failed terminating nodes while executing a disruption command", controller=self.name,
+                      **{"command-id": r.id}, outcome="abandoned", error=why)
+        del self.d.queue[r.id]
+
+    def taint(self, sn: StateNode) -> None:
+        node = sn.node
+        if node is None:
+            return
+        taints = list((node.get("spec") or {}).get("taints") or ())
+        if any(t.get("key") == DISRUPTED_TAINT.key for t in taints):
+            return
+        taints.append(DISRUPTED_TAINT.to_obj())
+        self.env.api.patch("Node", node["metadata"]["name"], {"spec": {"taints": taints}})
+
+    def untaint(self, sn: StateNode) -> None:
+        env = self.env
+        node = sn.node
+        if node is not None:
+            taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != DISRUPTED_TAINT.key]
+            if len(taints) != len((node.get("spec") or {}).get("taints") or ()):
+                env.api.patch("Node", node["metadata"]["name"], {"spec": {"taints": taints}})
+        if sn.claim is not None and condition(sn.claim, "DisruptionReason") is not None:
+            st = dict(sn.claim.get("status") or {})
+            if clear_condition(st, "DisruptionReason"):
+                env.api.patch("NodeClaim", sn.claim_name, {"status": st}, subresource="status")
+
+
+def offering_price(it: InstanceType | None, labels: dict, default: float) -> float:
+    """The price of the offering a node runs on: its instance type's offering in its zone and capacity type."""
+    if it is None:
+        return default
+    zone, ct = labels.get("topology.kubernetes.io/zone"), labels.get("karpenter.sh/capacity-type")
+    prices = [o.price for o in it.offerings if o.zone == zone and o.capacity_type == ct]
+    return min(prices) if prices else default
+
+
+def cost_now(c) -> float:
+    """The cluster's $/h: every launched NodeClaim that is not gone."""
+    return sum(sn.price() for sn in c.nodes.values() if sn.claim is not None and sn.launched())
+
+
+def _created_order(sn: StateNode) -> tuple:
+    return ((sn.node or sn.claim or {}).get("metadata", {}).get("creationTimestamp") or "", sn.name)
+
+
+def _consolidate_after(np: dict | None) -> Any:
+    if np is None:
+        return None
+    return ((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s")
+
+
+def _pod_event_base(sn: StateNode) -> float | None:
+    claim = sn.claim or {}
+    if not is_true(claim, "Initialized"):
+        return None
+    init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or 0.0
+    last = parse_time((claim.get("status") or {}).get("lastPodEventTime"))
+    return last if last is not None else init
+
+
+def _consolidatable(sn: StateNode, np: dict | None, now: float) -> bool:
+    after = _consolidate_after(np)
+    if sn.claim is None or after in (None, "Never"):
+        return False
+    t0 = _pod_event_base(sn)
+    return t0 is not None and now - t0 >= res.parse_duration(after)
+
+
+def _under_consolidate_after(sn: StateNode, np: dict | None, now: float) -> bool:
+    after = _consolidate_after(np)
+    if sn.claim is None or after in (None, "Never"):
+        return False
+    d = res.parse_duration(after)
+    t0 = _pod_event_base(sn)
+    return d > 0 and t0 is not None and now - t0 < d

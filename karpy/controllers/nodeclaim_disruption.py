@@ -1,0 +1,140 @@
+"""The NodeClaim disruption conditions and pod events (upstream ``nodeclaim/disruption``, ``nodeclaim/podevents``).
+
+* **Drifted**: a NodeClaim whose NodePool template hash, requirements or
+  NodeClass hash no longer match what it was launched with gets
+  ``Drifted=True`` with the reason (``NodePoolDrifted``, ``RequirementsDrifted``,
+  ``NodeClassDrift``); the condition goes when the drift does.
+* **Consolidatable**: ``consolidateAfter`` after the last pod event (or after
+  initialization), the NodeClaim is ``Consolidatable=True``; it is requeued for
+  that moment.
+* **lastPodEventTime**: a pod binding to, finishing on or leaving a node stamps
+  the node's NodeClaim, at most once per 10 seconds (upstream's dedupe).
+"""
+
+from __future__ import annotations
+
+from .. import resources as res
+from ..disruption.drift import drift_reason
+from ..kube.port import DELETED
+from ..kube.times import fmt_time, parse_time
+from ..runtime.events import ref
+from ..runtime.manager import condition, deleting, is_true
+from ..state import pods as P
+from .env import Env
+from .lifecycle import clear_condition, set_condition
+
+POD_EVENT_DEDUPE = 10.0
+
+
+class NodeClaimDisruption:
+    name = "nodeclaim.disruption"
+
+    def __init__(self, env: Env):
+        self.env = env
+
+    def setup(self, mgr) -> None:
+        mgr.watch("NodeClaim", self._on_claim)
+        mgr.watch("NodePool", self._on_nodepool)
+        for kind in ("AKSNodeClass", "EC2NodeClass", "KWOKNodeClass"):
+            mgr.watch(kind, self._on_nodeclass)
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        if etype != DELETED:
+            self.env.mgr.enqueue(self, obj["metadata"]["name"])
+
+    def _on_nodepool(self, etype: str, obj: dict, old: dict | None) -> None:
+        for name in sorted(self.env.cluster.claims_by_nodepool.get(obj["metadata"]["name"], ())):
+            self.env.mgr.enqueue(self, name)
+
+    def _on_nodeclass(self, etype: str, obj: dict, old: dict | None) -> None:
+        c = self.env.cluster
+        for npname, np in c.nodepools.items():
+            ref_ = (((np.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+            if ref_.get("kind") == obj["kind"] and ref_.get("name") == obj["metadata"]["name"]:
+                for name in sorted(c.claims_by_nodepool.get(npname, ())):
+                    self.env.mgr.enqueue(self, name)
+
+    def reconcile(self, name: str) -> float | None:
+        env = self.env
+        claim = env.mgr.get("NodeClaim", name)
+        if claim is None or deleting(claim) or not is_true(claim, "Launched"):
+            return None
+        labels = claim["metadata"].get("labels") or {}
+        np = env.cluster.nodepools.get(labels.get("karpenter.sh/nodepool", ""))
+        if np is None:
+            return None
+        now = env.now()
+        status = dict(claim.get("status") or {})
+        # drift
+        nodeclass, _ = env.cluster.nodeclass_for(np)
+        reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels)
+        if reason is None and nodeclass is not None:
+            reason = env.cloud.is_drifted(claim, nodeclass)
+        was = condition(claim, "Drifted")
+        if reason:
+            if set_condition(status, "Drifted", "True", now, reason=reason, message=reason) and \
+                    (was is None or was.get("status") != "True"):
+                env.recorder.publish(ref(claim), "Drifted",
+                                     f"Status condition transitioned, Type: Drifted, Status: True, Reason: {reason}")
+                env.log.info("marking drifted", controller=self.name, NodeClaim={"name": name}, reason=reason)
+        elif was is not None:
+            clear_condition(status, "Drifted")
+        # consolidatable
+        requeue = None
+        after = ((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s")
+        if after in (None, "Never") or not is_true(claim, "Initialized"):
+            clear_condition(status, "Consolidatable")
+        else:
+            init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or now
+            last = parse_time(status.get("lastPodEventTime"))
+            t0 = last if last is not None else init
+            at = t0 + res.parse_duration(after)
+            if now + 1e-9 < at:
+                clear_condition(status, "Consolidatable")
+                requeue = at - now
+            else:
+                set_condition(status, "Consolidatable", "True", now)
+        if status != (claim.get("status") or {}):
+            env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
+        return requeue
+
+
+class PodEvents:
+    """Stamps ``status.lastPodEventTime`` on the NodeClaim of a node a pod binds to, finishes on or leaves."""
+
+    name = "nodeclaim.podevents"
+
+    def __init__(self, env: Env):
+        self.env = env
+
+    def setup(self, mgr) -> None:
+        mgr.watch("Pod", self._on_pod)
+
+    def _on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
+        node = P.node_name(obj) or (P.node_name(old) if old is not None else "")
+        if not node or P.is_daemon(obj):
+            return
+        if etype == DELETED:
+            hit = True
+        elif old is None:
+            hit = bool(P.node_name(obj))
+        else:
+            bound = not P.node_name(old) and bool(P.node_name(obj))
+            terminal = not P.is_terminal(old) and P.is_terminal(obj)
+            terminating = not P.is_terminating(old) and P.is_terminating(obj)
+            hit = bound or terminal or terminating
+        if hit:
+            self.env.mgr.enqueue(self, node)
+
+    def reconcile(self, node: str) -> float | None:
+        env = self.env
+        sn = env.cluster.by_node.get(node)
+        if sn is None or sn.claim is None:
+            return None
+        claim = sn.claim
+        now = env.now()
+        last = parse_time((claim.get("status") or {}).get("lastPodEventTime"))
+        if last is not None and now - last < POD_EVENT_DEDUPE:
+            return None
+        env.api.patch("NodeClaim", sn.claim_name, {"status": {"lastPodEventTime": fmt_time(now)}}, subresource="status")
+        return None

@@ -1,0 +1,67 @@
+"""NodePool controllers: counters (``status.resources``), readiness (``NodeClassReady``, ``Ready``) and
+the template hash annotation (upstream ``nodepool/counter``, ``nodepool/readiness``, ``nodepool/hash``)."""
+
+from __future__ import annotations
+
+from .. import resources as res
+from ..disruption.drift import HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodepool_hash
+from ..kube.port import DELETED
+from ..runtime.manager import deleting
+from .env import Env
+from .lifecycle import set_condition
+
+
+class NodePoolStatus:
+    name = "nodepool.status"
+
+    def __init__(self, env: Env):
+        self.env = env
+
+    def setup(self, mgr) -> None:
+        mgr.watch("NodePool", lambda t, o, old: t != DELETED and mgr.enqueue(self, o["metadata"]["name"]))
+        mgr.watch("NodeClaim", self._on_claim)
+        for kind in ("AKSNodeClass", "EC2NodeClass", "KWOKNodeClass"):
+            mgr.watch(kind, lambda t, o, old: [mgr.enqueue(self, n) for n in sorted(self.env.cluster.nodepools)])
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        np = (obj["metadata"].get("labels") or {}).get("karpenter.sh/nodepool")
+        if np:
+            self.env.mgr.enqueue(self, np)
+
+    def reconcile(self, name: str) -> float | None:
+        env = self.env
+        np = env.mgr.get("NodePool", name)
+        if np is None or deleting(np):
+            return None
+        # hash
+        h = nodepool_hash(np)
+        ann = np["metadata"].get("annotations") or {}
+        if ann.get(NODEPOOL_HASH) != h or ann.get(NODEPOOL_HASH_VERSION) != HASH_VERSION:
+            np = env.api.patch("NodePool", name, {"metadata": {"annotations": {NODEPOOL_HASH: h, NODEPOOL_HASH_VERSION: HASH_VERSION}}})
+        # counters: capacity of the NodePool's launched NodeClaims
+        total: dict[str, int] = {}
+        nodes = 0
+        for cname in env.cluster.claims_by_nodepool.get(name, ()):
+            sn = env.cluster.by_claim.get(cname)
+            if sn is None or not sn.launched():
+                continue
+            total = res.add(total, sn.capacity())
+            nodes += 1
+        resources = res.format_resource_list(total)
+        resources["nodes"] = str(nodes)
+        status = dict(np.get("status") or {})
+        status["resources"] = resources
+        status["nodes"] = nodes
+        nodeclass, ref_ = env.cluster.nodeclass_for(np)
+        now = env.now()
+        ready = nodeclass is not None
+        if ready:
+            set_condition(status, "NodeClassReady", "True", now)
+        else:
+            set_condition(status, "NodeClassReady", "False", now, reason="NodeClassNotFound", message="NodeClass not found on cluster")
+        set_condition(status, "ValidationSucceeded", "True", now)
+        set_condition(status, "Ready", "True" if ready else "False", now,
+                      reason=None if ready else "NodeClassNotReady", message=None if ready else "NodeClassReady=False")
+        if status != (np.get("status") or {}):
+            env.api.patch("NodePool", name, {"status": status}, subresource="status")
+        return None

@@ -1,0 +1,54 @@
+"""Wire Karpenter's controllers onto a manager (upstream's operator), for any API and cloud provider."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime.events import Recorder
+from ..runtime.log import Logger
+from ..runtime.manager import Manager
+from ..state.cluster import Cluster
+from .disruption import Disruption
+from .env import Env, Settings
+from .expiration import Expiration
+from .interruption import Interruption
+from .lifecycle import Lifecycle
+from .nodeclaim_disruption import NodeClaimDisruption, PodEvents
+from .nodepool import NodePoolStatus
+from .provisioning import NodeTrigger, PodTrigger, Provisioner
+from .termination import Termination
+
+
+@dataclass
+class Karpenter:
+    env: Env
+    provisioner: Provisioner
+    disruption: Disruption
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.env.cluster
+
+    def busy(self) -> bool:
+        """Work in flight that a simulation must not call settled: a disruption being validated or
+        orchestrated, or a NodeClaim being deleted."""
+        if self.disruption.busy():
+            return True
+        return any(sn.claim is not None and sn.deleting() for sn in self.cluster.nodes.values())
+
+
+def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | None = None,
+          log: Logger | None = None, recorder: Recorder | None = None) -> Karpenter:
+    """Register the cluster state and every Karpenter controller on ``mgr``."""
+    cluster = Cluster(clock)
+    cluster.setup(mgr)  # first, so every controller's handler sees the state already updated
+    env = Env(api=api, mgr=mgr, cluster=cluster, cloud=cloud, clock=clock,
+              recorder=recorder or Recorder(api, clock), log=log or Logger(clock), settings=settings or Settings())
+    provisioner = Provisioner(env)
+    disruption = Disruption(env, provisioner)
+    for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),
+              Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
+              NodePoolStatus(env), disruption, disruption.orchestrator):
+        mgr.add(c)
+    return Karpenter(env, provisioner, disruption)

@@ -1,0 +1,381 @@
+"""The provisioner: pending pods in, NodeClaims out (upstream ``pkg/controllers/provisioning``).
+
+* The pod trigger watches pods: a pod kube-scheduler marked unschedulable
+  triggers the batcher, and keeps triggering every 10 s while it stays so.
+  The node trigger does the same for nodes carrying the ``karpenter.sh/disrupted``
+  taint (their pods need a new home).
+* The batcher collects triggers until ``batchIdleDuration`` passes without a
+  new pod, or ``batchMaxDuration`` after the first.
+* The provisioner then runs the scheduling simulation over the pending pods
+  and the pods of nodes being deleted, against the nodes that stay (their bound
+  pods, and pods already nominated to them) and one template per NodePool,
+  nominates pods to existing nodes and in-flight NodeClaims, and creates the
+  new NodeClaims. A pod nominated to a node or NodeClaim that is still coming up
+  keeps its room there and is not scheduled again.
+
+A solve whose inputs (the cluster state, the NodePools and NodeClasses, the
+offerings known to be out of capacity, and the pods) are what a previous solve
+that created nothing already saw is skipped: the engine would answer the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import resources as res
+from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
+from ..disruption.candidates import currently_reschedulable
+from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
+from ..kube.port import DELETED
+from ..provisioning.templates import build_template
+from ..runtime.events import ref
+from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
+from ..state import pods as P
+from ..state.cluster import PodEntry, StateNode
+from .env import Env
+
+POD_REQUEUE = 10.0
+DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
+RESTRICTED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh")
+
+
+class PodTrigger:
+    """Upstream's provisioner pod controller."""
+
+    name = "provisioner.trigger.pod"
+
+    def __init__(self, env: Env, provisioner: "Provisioner"):
+        self.env = env
+        self.provisioner = provisioner
+
+    def setup(self, mgr) -> None:
+        mgr.watch("Pod", self._on_pod)
+
+    def _on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
+        if etype != DELETED and P.is_provisionable(obj):
+            self.env.mgr.enqueue(self, P.pod_key(obj))
+
+    def reconcile(self, key: str) -> float | None:
+        e = self.env.cluster.pods.get(key)
+        if e is None or not P.is_provisionable(e.obj):
+            return None
+        self.provisioner.trigger(e.uid or key)
+        return POD_REQUEUE
+
+
+class NodeTrigger:
+    """Upstream's provisioner node controller: nodes tainted for disruption need their pods placed."""
+
+    name = "provisioner.trigger.node"
+
+    def __init__(self, env: Env, provisioner: "Provisioner"):
+        self.env = env
+        self.provisioner = provisioner
+
+    def setup(self, mgr) -> None:
+        mgr.watch("Node", self._on_node)
+
+    def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
+        if etype != DELETED and _has_disrupted_taint(obj):
+            self.env.mgr.enqueue(self, obj["metadata"]["name"])
+
+    def reconcile(self, key: str) -> float | None:
+        node = self.env.mgr.get("Node", key)
+        if node is None or not _has_disrupted_taint(node):
+            return None
+        self.provisioner.trigger(node["metadata"].get("uid") or key)
+        return POD_REQUEUE
+
+
+def _has_disrupted_taint(node: dict) -> bool:
+    return any(t.get("key") == DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints") or ())
+
+
+class Provisioner:
+    """The batcher and the provisioning loop (a singleton reconciler)."""
+
+    name = "provisioner"
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.batch_start: float | None = None
+        self.batch_last: float | None = None
+        self.batch_uids: set[str] = set()
+        self._last_noop: tuple | None = None
+        self._messages: dict[str, str] = {}  # pod key -> the last FailedScheduling message published
+        self._tpl_cache: dict[str, tuple[tuple, NodeClaimTemplate]] = {}
+        self.solves = 0
+
+    def setup(self, mgr) -> None:
+        pass
+
+    # --- the batcher -------------------------------------------------------------------------
+    def trigger(self, uid: str) -> None:
+        now = self.env.now()
+        if self.batch_start is None:
+            self.batch_start = now
+            self.batch_last = now
+            self.batch_uids = {uid}
+        elif uid not in self.batch_uids:
+            self.batch_uids.add(uid)
+            self.batch_last = now
+        else:
+            return
+        s = self.env.settings
+        self.env.mgr.requeue_after(self, "", min(self.batch_last + s.batch_idle, self.batch_start + s.batch_max) - now)
+
+    def reconcile(self, key: Any) -> float | None:
+        if self.batch_start is None:
+            return None
+        s = self.env.settings
+        deadline = min((self.batch_last or self.batch_start) + s.batch_idle, self.batch_start + s.batch_max)
+        now = self.env.now()
+        if now + 1e-9 < deadline:
+            return deadline - now
+        self.batch_start = self.batch_last = None
+        self.batch_uids = set()
+        self.schedule()
+        return None
+
+    # --- inputs ------------------------------------------------------------------------------
+    def templates(self) -> tuple[list[NodeClaimTemplate], dict[str, str], dict[str, tuple[dict, dict]]]:
+        """One template per NodePool whose NodeClass exists; why the others cannot launch."""
+        env = self.env
+        c = env.cluster
+        daemons = None
+        usage: dict[str, dict[str, int]] = {}
+        for sn in c.nodes.values():
+            if sn.claim is None or not sn.launched():
+                continue
+            np = sn.nodepool
+            if np:
+                usage[np] = res.add(usage.get(np, {}), sn.capacity())
+                usage[np]["nodes"] = usage[np].get("nodes", 0) + 1
+        out: list[NodeClaimTemplate] = []
+        problems: dict[str, str] = {}
+        classes: dict[str, tuple[dict, dict]] = {}
+        ice = env.cloud.ice_key() if hasattr(env.cloud, "ice_key") else ()
+        for name in sorted(c.nodepools):
+            np = c.nodepools[name]
+            nodeclass, nref = c.nodeclass_for(np)
+            if nodeclass is None or (hasattr(env.cloud, "serves") and not env.cloud.serves(nref)):
+                problems[name] = f'incompatible with nodepool "{name}", nodeclass not found'
+                continue
+            key = (np["metadata"].get("resourceVersion"), id(np), nodeclass["metadata"].get("resourceVersion"),
+                   id(nodeclass), c.daemonsets_version, ice)
+            hit = self._tpl_cache.get(name)
+            if hit is not None and hit[0] == key:
+                base = hit[1]
+            else:
+                if daemons is None:
+                    daemons = c.daemon_pods()
+                types = env.cloud.get_instance_types(np, nodeclass)
+                base = build_template(np, types, daemons, {}, env.cloud.well_known_labels(np))
+                self._tpl_cache[name] = (key, base)
+            limits = res.parse_resource_list((np.get("spec") or {}).get("limits"))
+            tpl = base
+            if limits:
+                u = usage.get(name, {})
+                tpl = dataclasses.replace(base, remaining={k: v - u.get(k, 0) for k, v in limits.items()})
+            out.append(tpl)
+            classes[name] = (np, nodeclass)
+        return out, problems, classes
+
+    def provisionable(self) -> tuple[list[PodEntry], list[PodEntry]]:
+        """Pending pods to place, and the pods of nodes being deleted (capacity for them is
+        launched while their node drains); pods nominated to a node still coming up keep their room."""
+        c = self.env.cluster
+        now = self.env.now()
+        pending: list[PodEntry] = []
+        for key in c.pending:
+            e = c.pods[key]
+            if not P.is_provisionable(e.obj):
+                continue
+            target = c.nominations.get(key)
+            if target is not None:
+                sn = c.nodes.get(target)
+                if sn is not None and c.live_target(target) and not (sn.node is not None and sn.ready() and sn.initialized()):
+                    continue
+                c.clear_nomination(key)
+            pending.append(e)
+        deleting: list[PodEntry] = []
+        pdbs = None
+        for sn in c.nodes.values():
+            if not (sn.marked or sn.deleting()) or sn.node is None:
+                continue
+            for e in sn.pods.values():
+                if e.daemon or not e.active or P.owner_kind(e.obj) == "Node":
+                    continue
+                if pdbs is None:
+                    pdbs = c.pdb_states()
+                if not currently_reschedulable(c.pod_state(e), pdbs, now):
+                    continue  # the drain will not evict it (do-not-disrupt, a PDB allowing nothing)
+                target = c.nominations.get(e.key)
+                if target is not None:
+                    if target != sn.key and c.live_target(target):
+                        continue
+                    c.clear_nomination(e.key)
+                deleting.append(e)
+        key = lambda e: (P.parse_time(e.obj["metadata"].get("creationTimestamp")) or 0.0, e.key)  # noqa: E731
+        return sorted(pending, key=key), sorted(deleting, key=key)
+
+    def existing(self) -> list[ExistingNode]:
+        """Nodes and launched NodeClaims with their bound pods and the pods nominated to them.
+        Nodes being deleted stay in the view (their pods count for topology) but take nothing."""
+        c = self.env.cluster
+        nominated: dict[str, list[PodEntry]] = {}
+        for pk, target in c.nominations.items():
+            e = c.pods.get(pk)
+            if e is None or not e.active:
+                continue
+            sn = c.nodes.get(target)
+            if sn is None:
+                continue
+            if e.node and (e.node == sn.name or not (self._leaving(c.by_node.get(e.node)))):
+                continue  # bound where it was meant to go, or bound elsewhere for good
+            nominated.setdefault(target, []).append(e)
+        out: list[ExistingNode] = []
+        for sn in sorted(c.nodes.values(), key=_order):
+            if sn.node is None and not sn.launched():
+                continue
+            if sn.claim is not None and sn.node is None and sn.deleting():
+                continue
+            e = c.existing_node(sn, nominated.get(sn.key, []))
+            if self._leaving(sn):
+                e = dataclasses.replace(e, schedulable=False)
+            out.append(e)
+        return out
+
+    @staticmethod
+    def _leaving(sn: StateNode | None) -> bool:
+        return sn is not None and (sn.marked or sn.deleting())
+
+    # --- the loop ------------------------------------------------------------------------------
+    def schedule(self) -> None:
+        env = self.env
+        c = env.cluster
+        pending, deleting = self.provisionable()
+        pods = pending + deleting
+        if not pods:
+            return
+        noop_key = (c.version, tuple(e.key for e in pods), env.cloud.ice_key() if hasattr(env.cloud, "ice_key") else ())
+        if noop_key == self._last_noop:
+            return
+        templates, problems, classes = self.templates()
+        existing = self.existing()
+        self.solves += 1
+        s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort)
+        results = s.solve([c.pod_info(e) for e in pods])
+        if results.new_nodeclaims:
+            env.log.info("found provisionable pod(s)", controller=self.name,
+                         Pods=", ".join(e.key for e in pods[:5]) + (f" and {len(pods) - 5} other(s)" if len(pods) > 5 else ""))
+        self._apply(results, problems, classes)
+        self._last_noop = None if results.new_nodeclaims or results.existing else (c.version, noop_key[1], noop_key[2])
+
+    def _apply(self, results: Results, problems: dict[str, str], classes: dict[str, tuple[dict, dict]]) -> None:
+        env = self.env
+        c = env.cluster
+        window = max(2 * env.settings.batch_max, 10.0)
+        for target, infos in results.existing.items():
+            sn = c.state_node_by_name(target)
+            if sn is None:
+                continue
+            kind = "node" if sn.node is not None else "nodeclaim"
+            for info in infos:
+                e = c.pods.get(info.key)
+                if e is None:
+                    continue
+                c.nominate(info.key, sn.key, window)
+                env.recorder.publish(ref(e.obj), "Nominated", f"Pod should schedule on: {kind}/{target}")
+        if results.new_nodeclaims:
+            n_pods = sum(len(nc.pods) for nc in results.new_nodeclaims)
+            env.log.info("computed new nodeclaim(s) to fit pod(s)", controller=self.name,
+                         nodeclaims=len(results.new_nodeclaims), pods=n_pods)
+            env.recorder.publish({"kind": "Karpenter", "name": "provisioner"}, "ComputedNodeClaims",
+                                 f"computed new nodeclaim(s) to fit pod(s): nodeclaims={len(results.new_nodeclaims)}, "
+                                 f"pods={n_pods}")
+        for nc in results.new_nodeclaims:
+            np, nodeclass = classes[nc.template.nodepool]
+            self.create_nodeclaim(nc, np, nodeclass, nominate=True)
+        for key, why in results.errors.items():
+            e = c.pods.get(key)
+            if e is None:
+                continue
+            extra = "; ".join(problems.values())
+            msg = why if not extra else (f"{why}; {extra}" if why else extra)
+            if self._messages.get(key) != msg:
+                env.recorder.publish(ref(e.obj), "FailedScheduling", f"Failed to schedule pod, {msg}", "Warning")
+            self._messages[key] = msg
+        if len(self._messages) > 4 * max(1, len(c.pods)):
+            self._messages = {k: v for k, v in self._messages.items() if k in c.pods}
+
+    def create_nodeclaim(self, nc: NewNodeClaim, nodepool: dict, nodeclass: dict, nominate: bool,
+                         reason: str = "provisioning") -> dict:
+        """Create the NodeClaim object for a NodeClaim the engine computed (upstream's ToNodeClaim)."""
+        env = self.env
+        tmpl = (nodepool.get("spec") or {}).get("template") or {}
+        tspec = tmpl.get("spec") or {}
+        name_np = nodepool["metadata"]["name"]
+        labels = dict(nc.template.labels)
+        labels[LABEL_NODEPOOL] = name_np
+        for r in nc.requirements:
+            if r.key in CORE_WELL_KNOWN_LABELS or r.key in nc.template.well_known_labels or _restricted(r.key):
+                continue
+            if not r.complement and r.values:
+                labels.setdefault(r.key, sorted(r.values)[0])
+        annotations = {str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("annotations") or {}).items()}
+        annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool), NODEPOOL_HASH_VERSION: HASH_VERSION,
+                            NODECLASS_HASH: nodeclass_hash(nodeclass)})
+        reqs = [r for r in nc.requirements.to_node_selector() if r["key"] != LABEL_HOSTNAME]
+        spec: dict[str, Any] = {
+            "nodeClassRef": dict(tspec.get("nodeClassRef") or {}),
+            "requirements": reqs,
+            "resources": {"requests": res.format_resource_list(nc.requests)},
+        }
+        for k in ("taints", "startupTaints", "expireAfter", "terminationGracePeriod"):
+            if tspec.get(k) is not None:
+                spec[k] = tspec[k]
+        obj = {
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {
+                "generateName": f"{name_np}-", "labels": labels, "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": name_np,
+                                     "uid": nodepool["metadata"].get("uid", ""), "blockOwnerDeletion": True}],
+            },
+            "spec": spec,
+        }
+        created = env.api.create(obj)
+        env.mgr.pump()
+        name = created["metadata"]["name"]
+        types = [it.name for it in nc.instance_types]
+        shown = ", ".join(types[:5]) + (f" and {len(types) - 5} other(s)" if len(types) > 5 else "")
+        env.log.info("created nodeclaim", controller=self.name, NodePool={"name": name_np}, NodeClaim={"name": name},
+                     requests=res.format_resource_list(nc.requests), **{"instance-types": shown}, reason=reason)
+        env.recorder.publish(ref(created), "Created",
+                             f"created nodeclaim for {len(nc.pods)} pod(s), requests {_fmt_requests(nc.requests)}, "
+                             f"instance-types {shown}")
+        sn = env.cluster.by_claim.get(name)
+        if nominate and sn is not None:
+            window = max(2 * env.settings.batch_max, 10.0)
+            for p in nc.pods:
+                e = env.cluster.pods.get(p.key)
+                if e is None:
+                    continue
+                env.cluster.nominate(p.key, sn.key, window)
+                env.recorder.publish(ref(e.obj), "Nominated", f"Pod should schedule on: nodeclaim/{name}")
+        return created
+
+
+def _restricted(key: str) -> bool:
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS)
+
+
+def _order(sn: StateNode) -> tuple:
+    created = (sn.node or sn.claim or {}).get("metadata", {}).get("creationTimestamp") or ""
+    return (created, sn.name)
+
+
+def _fmt_requests(r: dict[str, int]) -> str:
+    return "{" + ",".join(f'"{k}":"{v}"' for k, v in res.format_resource_list(r).items()) + "}"

@@ -1,0 +1,178 @@
+"""Node termination (upstream ``pkg/controllers/node/termination``): the ``karpenter.sh/termination`` finalizer.
+
+A Karpenter Node being deleted is tainted ``karpenter.sh/disrupted:NoSchedule``
+and drained through the Eviction API in upstream's order -- non-critical
+pods, then non-critical DaemonSet pods, then critical pods, then critical
+DaemonSet pods, each group only once the one before is gone. Pods that
+tolerate the disrupted taint and static pods are left alone. An eviction a
+PodDisruptionBudget refuses (429) is retried; a ``karpenter.sh/do-not-disrupt``
+pod is waited on. When the NodeClaim's ``terminationGracePeriod`` deadline
+(the ``karpenter.sh/nodeclaim-termination-timestamp`` annotation) comes, the
+remaining pods are deleted regardless. Once drained, the instance is
+terminated and the finalizer removed.
+"""
+
+from __future__ import annotations
+
+from ..cloudprovider.provider import NodeClaimNotFoundError
+from ..disruption.state import DISRUPTED_TAINT
+from ..kube import errors as E
+from ..kube.port import DELETED
+from ..kube.times import fmt_time, parse_time
+from ..runtime.events import pod_annotations, ref
+from ..runtime.manager import condition, deleting, is_true
+from ..state import pods as P
+from .env import Env
+from .lifecycle import FINALIZER, TERMINATION_TIMESTAMP
+
+DRAIN_RETRY = 1.0  # seconds between drain passes while pods are being evicted
+DRAIN_BLOCKED_RETRY = 10.0  # between passes when every remaining pod is blocked
+CRITICAL = ("system-cluster-critical", "system-node-critical")
+
+
+class Termination:
+    name = "node.termination"
+
+    def __init__(self, env: Env):
+        self.env = env
+
+    def setup(self, mgr) -> None:
+        mgr.watch("Node", self._on_node)
+
+    def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
+        if etype != DELETED and deleting(obj):
+            self.env.mgr.enqueue(self, obj["metadata"]["name"])
+
+    def reconcile(self, name: str) -> float | None:
+        env = self.env
+        node = env.mgr.get("Node", name)
+        if node is None or not deleting(node) or FINALIZER not in (node["metadata"].get("finalizers") or ()):
+            return None
+        pid = (node.get("spec") or {}).get("providerID") or ""
+        sn = env.cluster.by_node.get(name)
+        claim = sn.claim if sn is not None else None
+        if claim is not None and not deleting(claim):
+            env.api.delete("NodeClaim", claim["metadata"]["name"])
+            env.mgr.pump()
+            claim = env.mgr.get("NodeClaim", claim["metadata"]["name"])
+        if not is_true(node, "Ready") and pid:
+            try:
+                env.cloud.get(pid)
+            except NodeClaimNotFoundError:
+                return self._remove_finalizer(node)
+        deadline = parse_time(((claim or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP))
+        self._taint(node)
+        waiting = self._drain(node, claim, deadline)
+        if waiting is not None:
+            return waiting
+        if claim is not None and not is_true(claim, "Drained"):
+            from .lifecycle import set_condition
+
+            st = dict(claim.get("status") or {})
+            if set_condition(st, "Drained", "True", env.now()):
+                try:
+                    env.api.patch("NodeClaim", claim["metadata"]["name"], {"status": st}, subresource="status")
+                except E.NotFound:
+                    pass
+        if pid:
+            try:
+                env.cloud.delete(claim or {"status": {"providerID": pid}})
+            except NodeClaimNotFoundError:
+                pass
+            else:
+                return 5.0
+        return self._remove_finalizer(node)
+
+    def _taint(self, node: dict) -> None:
+        taints = list((node.get("spec") or {}).get("taints") or ())
+        if any(t.get("key") == DISRUPTED_TAINT.key and t.get("effect") == DISRUPTED_TAINT.effect for t in taints):
+            return
+        taints.append(DISRUPTED_TAINT.to_obj())
+        self.env.api.patch("Node", node["metadata"]["name"], {"spec": {"taints": taints},
+                                                              "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}})
+        self.env.mgr.pump()
+
+    def _drain(self, node: dict, claim: dict | None, deadline: float | None) -> float | None:
+        """Evict the next group of pods; None when the node is drained, else seconds until the next pass."""
+        env = self.env
+        now = env.now()
+        sn = env.cluster.by_node.get(node["metadata"]["name"])
+        if sn is None:
+            return None
+        waiting = []
+        for e in sorted(sn.pods.values(), key=lambda e: e.key):
+            if e.terminal or P.owner_kind(e.obj) == "Node":
+                continue
+            if any(t.tolerates(DISRUPTED_TAINT) for t in e.info.tolerations):
+                continue
+            waiting.append(e)
+        if not waiting:
+            return None
+        reason = _eviction_reason(claim)
+        forced = deadline is not None and now >= deadline
+        evicted = 0
+        if forced:
+            for e in waiting:
+                env.recorder.publish(ref(e.obj), "Disrupted",
+                                     f"Deleting the pod to accommodate the terminationTime {fmt_time(deadline)} of the node. "
+                                     "This bypasses the PDB of the pod and the do-not-disrupt annotation.",
+                                     annotations=pod_annotations(e.obj))
+                try:
+                    env.api.delete("Pod", e.obj["metadata"]["name"], e.obj["metadata"].get("namespace", "default"))
+                except E.NotFound:
+                    pass
+                evicted += 1
+        else:
+            groups: list[list] = [[], [], [], []]
+            for e in waiting:
+                critical = (e.obj.get("spec") or {}).get("priorityClassName") in CRITICAL
+                groups[(2 if critical else 0) + (1 if e.daemon else 0)].append(e)
+            group = next(g for g in groups if g)
+            for e in group:
+                st = env.cluster.pod_state(e)
+                if st.do_not_disrupt(now):
+                    env.recorder.publish(ref(node), "FailedDraining",
+                                         f'Failed to drain node, pod {e.key} has "karpenter.sh/do-not-disrupt" annotation',
+                                         "Warning", dedupe=120.0)
+                    continue
+                meta = e.obj["metadata"]
+                try:
+                    env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
+                except E.TooManyRequests:
+                    env.recorder.publish(ref(node), "FailedDraining",
+                                         f"Failed to drain node, evicting pod violates a PDB (Pod={e.key})", "Warning",
+                                         dedupe=120.0)
+                    continue
+                except E.InternalError as err:
+                    if "more than one PodDisruptionBudget" in str(err):
+                        env.recorder.publish(ref(node), "FailedDraining",
+                                             f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
+                                             "Warning", dedupe=120.0)
+                        continue
+                    raise
+                except (E.NotFound, E.Conflict):
+                    continue
+                env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {reason}", annotations=pod_annotations(e.obj))
+                evicted += 1
+        env.mgr.pump()
+        delay = DRAIN_RETRY if evicted else DRAIN_BLOCKED_RETRY
+        if deadline is not None and not forced:
+            delay = min(delay, max(0.0, deadline - now))
+        return max(delay, 0.001)
+
+    def _remove_finalizer(self, node: dict) -> None:
+        env = self.env
+        try:
+            env.api.patch("Node", node["metadata"]["name"], {"metadata": {
+                "finalizers": [f for f in node["metadata"].get("finalizers") or () if f != FINALIZER]}})
+        except E.NotFound:
+            return None
+        env.log.info("deleted node", controller=self.name, Node={"name": node["metadata"]["name"]})
+        return None
+
+
+def _eviction_reason(claim: dict | None) -> str:
+    c = condition(claim, "DisruptionReason")
+    if c is not None and c.get("status") == "True":
+        return str(c.get("reason"))
+    return "Forceful Termination"

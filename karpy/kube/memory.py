@@ -1,0 +1,642 @@
+"""An in-memory Kubernetes API server.
+
+The store behind ``karpy simulate`` and ``karpy sandbox``: it keeps objects by
+kind, namespace and name and gives them the semantics karpy's controllers (and
+any Kubernetes client) rely on:
+
+* ``metadata.resourceVersion`` from one counter for the whole store, ``uid``,
+  ``creationTimestamp`` (from the injected clock) and ``generation`` (bumped
+  when anything but metadata and status changes); ``generateName``;
+* optimistic concurrency: an update or a patch carrying a stale
+  ``resourceVersion`` is a 409 Conflict;
+* ``status`` as a subresource for the kinds that have one: writes to the main
+  resource keep the stored status, writes to ``/status`` change only status;
+* finalizers and ``deletionTimestamp``: deleting an object with finalizers
+  marks it; it goes when the last finalizer is removed;
+* garbage collection by ``ownerReferences`` (background and orphan
+  propagation; foreground is treated as background);
+* list and watch with label and field selectors; watches resume from a
+  resourceVersion and answer 410 Gone when it is older than the history kept;
+* the ``pods/binding`` and ``pods/eviction`` subresources; eviction honours
+  PodDisruptionBudgets through the status the disruption controller keeps
+  (``disruptionsAllowed``, ``currentHealthy``/``desiredHealthy``,
+  ``observedGeneration``, ``unhealthyPodEvictionPolicy``) and answers 429
+  when a budget forbids it;
+* admission as the API server does it for pods: ``spec.priority`` from the
+  PriorityClass, ``spec.overhead`` from the RuntimeClass.
+
+Stored objects are never mutated: every write stores a new dict that shares
+unchanged subtrees with the old one. Readers get the stored objects and must
+not mutate them either.
+
+One lock guards the store, so HTTP handlers and the simulation loop may call
+it from different threads.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from collections import deque
+from typing import Any, Callable, Iterable
+
+from ..scheduling.pods import LabelSelector
+from . import errors as E
+from .names import NameGenerator
+from .patch import json_patch, merge_patch
+from .port import ADDED, DELETED, JSON_PATCH, MERGE_PATCH, MODIFIED, STRATEGIC_MERGE_PATCH, APPLY_PATCH, WatchEvent
+from .registry import BY_KIND, is_namespaced
+from .selectors import parse_field_selector, parse_label_selector
+from .times import fmt_time
+
+HISTORY = 20000  # watch events kept per kind for watches that resume from a resourceVersion
+PDB_MULTIPLE = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+PDB_VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+class _Clock:
+    def now(self) -> float:
+        return 0.0
+
+
+def _meta(obj: dict) -> dict:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _matches(obj: dict, ns: str | None, label_pred, field_pred) -> bool:
+    meta = _meta(obj)
+    if ns and meta.get("namespace") != ns:
+        return False
+    if label_pred is not None and not label_pred(meta.get("labels") or {}):
+        return False
+    if field_pred is not None and not field_pred(obj):
+        return False
+    return True
+
+
+class MemoryWatch:
+    """One watch: a queue the store appends to, filtered by namespace and selectors."""
+
+    def __init__(self, store: "MemoryAPI", kind: str, ns: str | None, label_pred, field_pred):
+        self.store = store
+        self.kind = kind
+        self.ns = ns or None
+        self.label_pred = label_pred
+        self.field_pred = field_pred
+        self.queue: deque[WatchEvent] = deque()
+        self.cond = threading.Condition(store._lock)
+        self.stopped = False
+
+    def _offer(self, etype: str, obj: dict, old: dict | None) -> None:
+        if self.label_pred is None and self.field_pred is None and self.ns is None:
+            self.queue.append(WatchEvent(etype, obj))
+        else:
+            now_in = _matches(obj, self.ns, self.label_pred, self.field_pred)
+            was_in = old is not None and _matches(old, self.ns, self.label_pred, self.field_pred)
+            if etype == MODIFIED:
+                if now_in and was_in:
+                    self.queue.append(WatchEvent(MODIFIED, obj))
+                elif now_in:
+                    self.queue.append(WatchEvent(ADDED, obj))
+                elif was_in:
+                    self.queue.append(WatchEvent(DELETED, obj))
+                else:
+                    return
+            elif now_in:
+                self.queue.append(WatchEvent(etype, obj))
+            else:
+                return
+        self.cond.notify_all()
+
+    def poll(self) -> list[WatchEvent]:
+        with self.store._lock:
+            out = list(self.queue)
+            self.queue.clear()
+            return out
+
+    def next(self, timeout: float | None = None) -> WatchEvent | None:
+        with self.store._lock:
+            if not self.queue and not self.stopped:
+                self.cond.wait(timeout)
+            if self.queue:
+                return self.queue.popleft()
+            return None
+
+    def stop(self) -> None:
+        with self.store._lock:
+            self.stopped = True
+            watchers = self.store._watchers.get(self.kind)
+            if watchers and self in watchers:
+                watchers.remove(self)
+            self.cond.notify_all()
+
+
+class MemoryAPI:
+    """The store. ``clock`` gives the time for timestamps (``now() -> float`` seconds since the epoch)."""
+
+    def __init__(self, clock: Any = None, names: NameGenerator | None = None):
+        self.clock = clock or _Clock()
+        self.names = names or NameGenerator()
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {}
+        self._rv = 0
+        self._uid_seq = 0
+        self._watchers: dict[str, list[MemoryWatch]] = {}
+        self._history: dict[str, deque[tuple[int, str, dict, dict | None]]] = {}
+        self._history_floor: dict[str, int] = {}  # oldest resourceVersion a watch of that kind can resume after
+        self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependents
+        self._by_uid: dict[str, tuple[str, str, str]] = {}
+        self.write_hooks: list[Callable[[str, dict, dict | None], None]] = []  # (type, obj, old) after every write
+        self.evicted_uids: set[str] = set()  # pods the Eviction API deleted (until someone takes note)
+
+    # --- reading -----------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> str:
+        return str(self._rv)
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict:
+        ns = self._ns(kind, namespace)
+        with self._lock:
+            obj = self._objects.get(kind, {}).get((ns, name))
+        if obj is None:
+            raise E.NotFound(f'{_resource_name(kind)} "{name}" not found', kind=_resource_name(kind), name=name,
+                             group=_group(kind))
+        return obj
+
+    def try_get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        return self._objects.get(kind, {}).get((self._ns(kind, namespace), name))
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> tuple[list[dict], str]:
+        lp = parse_label_selector(label_selector) if label_selector else None
+        fp = parse_field_selector(field_selector) if field_selector else None
+        with self._lock:
+            objs = self._objects.get(kind, {})
+            if namespace is None and lp is None and fp is None:
+                items = list(objs.values())
+            else:
+                items = [o for (ns, _), o in objs.items() if (not namespace or ns == namespace) and _matches(o, None, lp, fp)]
+            return items, str(self._rv)
+
+    def all(self, kind: str) -> Iterable[dict]:
+        """Every object of a kind (no copy of the container; for in-process readers)."""
+        return list(self._objects.get(kind, {}).values())
+
+    def count(self, kind: str) -> int:
+        return len(self._objects.get(kind, {}))
+
+    def watch(self, kind: str, resource_version: str | None = None, namespace: str | None = None,
+              label_selector: str | None = None, field_selector: str | None = None) -> MemoryWatch:
+        lp = parse_label_selector(label_selector) if label_selector else None
+        fp = parse_field_selector(field_selector) if field_selector else None
+        with self._lock:
+            w = MemoryWatch(self, kind, namespace, lp, fp)
+            if resource_version not in (None, "", "0"):
+                try:
+                    since = int(resource_version)
+                except ValueError:
+                    raise E.BadRequest(f"invalid resourceVersion {resource_version!r}")
+                if since < self._history_floor.get(kind, 0):
+                    raise E.Gone(f"too old resource version: {since} ({self._history_floor.get(kind, 0)})")
+                for rv, etype, obj, old in self._history.get(kind, ()):
+                    if rv > since:
+                        w._offer(etype, obj, old)
+            elif resource_version == "0":
+                for obj in self._objects.get(kind, {}).values():
+                    w._offer(ADDED, obj, None)
+            self._watchers.setdefault(kind, []).append(w)
+            return w
+
+    # --- writing -----------------------------------------------------------------------------
+    def _ns(self, kind: str, namespace: str | None) -> str:
+        return (namespace or "default") if is_namespaced(kind) else ""
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _uid(self, kind: str, ns: str, name: str) -> str:
+        self._uid_seq += 1
+        h = hashlib.md5(f"{kind}/{ns}/{name}#{self._uid_seq}".encode()).hexdigest()
+        return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-8{h[17:20]}-{h[20:32]}"
+
+    def _emit(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
+        rv = int(_meta(obj).get("resourceVersion") or self._rv)
+        hist = self._history.get(kind)
+        if hist is None:
+            hist = self._history[kind] = deque()
+        hist.append((rv, etype, obj, old))
+        if len(hist) > HISTORY:
+            dropped = hist.popleft()
+            self._history_floor[kind] = dropped[0]
+        for w in self._watchers.get(kind, ()):
+            w._offer(etype, obj, old)
+        for hook in self.write_hooks:
+            hook(etype, obj, old)
+
+    def create(self, obj: dict, namespace: str | None = None) -> dict:
+        kind = obj.get("kind")
+        if not kind or kind not in BY_KIND:
+            raise E.BadRequest(f"unknown kind {kind!r}")
+        with self._lock:
+            meta = dict(_meta(obj))
+            ns = self._ns(kind, namespace or meta.get("namespace"))
+            if namespace and meta.get("namespace") and meta["namespace"] != namespace and is_namespaced(kind):
+                raise E.BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+            name = meta.get("name")
+            if not name:
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise E.Invalid(f"{kind} is invalid: metadata.name: Required value: name or generateName is required",
+                                    kind=kind, causes=[{"reason": "FieldValueRequired", "message": "Required value: name or generateName is required", "field": "metadata.name"}])
+                while True:
+                    name = self.names.generate(prefix)
+                    if (ns, name) not in self._objects.get(kind, {}):
+                        break
+            store = self._objects.setdefault(kind, {})
+            if (ns, name) in store:
+                raise E.AlreadyExists(f'{_resource_name(kind)} "{name}" already exists', kind=_resource_name(kind),
+                                      name=name, group=_group(kind))
+            self.names.reserve(name)
+            meta["name"] = name
+            if is_namespaced(kind):
+                meta["namespace"] = ns
+            else:
+                meta.pop("namespace", None)
+            meta["uid"] = self._uid(kind, ns, name)
+            meta["resourceVersion"] = str(self._next_rv())
+            meta["creationTimestamp"] = fmt_time(self.clock.now())
+            meta["generation"] = 1
+            meta.pop("deletionTimestamp", None)
+            new = dict(obj)
+            new["metadata"] = meta
+            new.setdefault("apiVersion", BY_KIND[kind].api_version)
+            if kind == "Pod":
+                new = self._admit_pod(new)
+            store[(ns, name)] = new
+            self._by_uid[meta["uid"]] = (kind, ns, name)
+            self._index_owners(kind, ns, name, None, new)
+            self._emit(kind, ADDED, new, None)
+            return new
+
+    def update(self, obj: dict, subresource: str | None = None) -> dict:
+        kind = obj.get("kind")
+        meta = _meta(obj)
+        with self._lock:
+            old = self.get(kind, meta.get("name", ""), meta.get("namespace", ""))
+            rv = meta.get("resourceVersion")
+            if rv and rv != _meta(old).get("resourceVersion"):
+                raise E.Conflict(
+                    f'Operation cannot be fulfilled on {_resource_name(kind)} "{meta.get("name")}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    kind=_resource_name(kind), name=meta.get("name", ""), group=_group(kind))
+            return self._replace(kind, old, obj, subresource)
+
+    def patch(self, kind: str, name: str, patch: Any, namespace: str = "", patch_type: str = MERGE_PATCH,
+              subresource: str | None = None) -> dict:
+        with self._lock:
+            old = self.get(kind, name, namespace)
+            if patch_type in (MERGE_PATCH, "merge"):
+                new = merge_patch(old, patch)
+            elif patch_type in (JSON_PATCH, "json"):
+                new = json_patch(old, patch)
+            elif patch_type in (STRATEGIC_MERGE_PATCH, "strategic", APPLY_PATCH, "apply"):
+                from .strategic import strategic_merge_patch
+
+                new = strategic_merge_patch(old, patch, kind)
+            else:
+                raise E.UnsupportedMediaType(f"the media type {patch_type!r} is not supported for patches")
+            if not isinstance(new, dict):
+                raise E.BadRequest("the patch does not produce an object")
+            rv = _meta(new).get("resourceVersion")
+            if rv and rv != _meta(old).get("resourceVersion"):
+                raise E.Conflict(
+                    f'Operation cannot be fulfilled on {_resource_name(kind)} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    kind=_resource_name(kind), name=name, group=_group(kind))
+            return self._replace(kind, old, new, subresource)
+
+    def _replace(self, kind: str, old: dict, new: dict, subresource: str | None) -> dict:
+        om = _meta(old)
+        ns, name = om.get("namespace", "") if is_namespaced(kind) else "", om["name"]
+        t = BY_KIND.get(kind)
+        has_status = t is not None and "status" in t.subresources
+        out = dict(new)
+        if subresource == "status":
+            out = dict(old)
+            if "status" in new:
+                out["status"] = new["status"]
+            else:
+                out.pop("status", None)
+            nm = dict(om)
+        else:
+            if has_status:
+                if "status" in old:
+                    out["status"] = old["status"]
+                else:
+                    out.pop("status", None)
+            nm = dict(_meta(new))
+            for k in ("uid", "creationTimestamp", "namespace", "name"):
+                if k in om:
+                    nm[k] = om[k]
+                else:
+                    nm.pop(k, None)
+            # deletionTimestamp can only be set by a delete
+            if "deletionTimestamp" in om:
+                nm["deletionTimestamp"] = om["deletionTimestamp"]
+            else:
+                nm.pop("deletionTimestamp", None)
+            nm["generation"] = om.get("generation", 1)
+            spec_changed = any(out.get(k) != old.get(k) for k in set(out) | set(old)
+                               if k not in ("metadata", "status", "apiVersion", "kind"))
+            if spec_changed:
+                nm["generation"] = int(om.get("generation", 1)) + 1
+        out["metadata"] = nm
+        if _same(out, old):
+            return old  # nothing changed: no new resourceVersion, no event
+        out["kind"] = kind
+        if kind == "Pod" and subresource is None:
+            self._check_pod_update(old, out)
+        if nm.get("deletionTimestamp") and not nm.get("finalizers"):
+            return self._remove(kind, ns, name, old, out)
+        nm["resourceVersion"] = str(self._next_rv())
+        self._objects[kind][(ns, name)] = out
+        self._index_owners(kind, ns, name, old, out)
+        self._emit(kind, MODIFIED, out, old)
+        return out
+
+    def _check_pod_update(self, old: dict, new: dict) -> None:
+        on, nn = (old.get("spec") or {}).get("nodeName"), (new.get("spec") or {}).get("nodeName")
+        if on and on != nn:
+            raise E.Invalid(f'Pod "{_meta(old)["name"]}" is invalid: spec: Forbidden: pod updates may not change fields other '
+                            "than `spec.containers[*].image`, `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, "
+                            "`spec.tolerations` (only additions to existing tolerations), "
+                            "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+                            kind="Pod", name=_meta(old)["name"])
+
+    def delete(self, kind: str, name: str, namespace: str = "", propagation: str | None = None,
+               preconditions: dict | None = None, grace_period_seconds: int | None = None) -> dict | None:
+        with self._lock:
+            old = self.get(kind, name, namespace)
+            om = _meta(old)
+            if preconditions:
+                if preconditions.get("uid") and preconditions["uid"] != om.get("uid"):
+                    raise E.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object "
+                                     f"meta: {om.get('uid')}", kind=_resource_name(kind), name=name)
+                if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != om.get("resourceVersion"):
+                    raise E.Conflict("Precondition failed: resourceVersion", kind=_resource_name(kind), name=name)
+            ns = om.get("namespace", "") if is_namespaced(kind) else ""
+            if om.get("finalizers"):
+                if om.get("deletionTimestamp"):
+                    return old
+                nm = dict(om)
+                nm["deletionTimestamp"] = fmt_time(self.clock.now())
+                nm["deletionGracePeriodSeconds"] = 0
+                nm["resourceVersion"] = str(self._next_rv())
+                out = dict(old)
+                out["metadata"] = nm
+                self._objects[kind][(ns, name)] = out
+                self._emit(kind, MODIFIED, out, old)
+                if propagation == "Orphan":
+                    self._orphan(om.get("uid"))
+                return out
+            nm = dict(om)
+            nm["deletionTimestamp"] = fmt_time(self.clock.now())
+            out = dict(old)
+            out["metadata"] = nm
+            return self._remove(kind, ns, name, old, out, propagation)
+
+    def _remove(self, kind: str, ns: str, name: str, old: dict, last: dict, propagation: str | None = None) -> dict:
+        self._objects[kind].pop((ns, name), None)
+        uid = _meta(old).get("uid")
+        self._by_uid.pop(uid, None)
+        self._index_owners(kind, ns, name, old, None)
+        nm = dict(_meta(last))
+        nm["resourceVersion"] = str(self._next_rv())
+        last = dict(last)
+        last["metadata"] = nm
+        self._emit(kind, DELETED, last, old)
+        if propagation == "Orphan":
+            self._orphan(uid)
+        else:
+            self._collect(uid)
+        return last
+
+    # --- garbage collection ----------------------------------------------------------------------
+    def _index_owners(self, kind: str, ns: str, name: str, old: dict | None, new: dict | None) -> None:
+        key = (kind, ns, name)
+        for o, add in ((old, False), (new, True)):
+            if o is None:
+                continue
+            for ref in _meta(o).get("ownerReferences") or ():
+                uid = ref.get("uid")
+                if not uid:
+                    continue
+                deps = self._dependents.setdefault(uid, set())
+                if add:
+                    deps.add(key)
+                else:
+                    deps.discard(key)
+                    if not deps:
+                        self._dependents.pop(uid, None)
+
+    def _collect(self, uid: str | None) -> None:
+        """Delete the dependents of an owner that is gone (background propagation)."""
+        if not uid:
+            return
+        for kind, ns, name in sorted(self._dependents.pop(uid, ())):
+            obj = self._objects.get(kind, {}).get((ns, name))
+            if obj is None:
+                continue
+            refs = [r for r in _meta(obj).get("ownerReferences") or () if r.get("uid") != uid]
+            alive = [r for r in refs if r.get("uid") in self._by_uid]
+            if alive:
+                continue  # another owner still exists
+            try:
+                self.delete(kind, name, ns)
+            except E.NotFound:
+                pass
+
+    def _orphan(self, uid: str | None) -> None:
+        if not uid:
+            return
+        for kind, ns, name in sorted(self._dependents.pop(uid, ())):
+            obj = self._objects.get(kind, {}).get((ns, name))
+            if obj is None:
+                continue
+            refs = [r for r in _meta(obj).get("ownerReferences") or () if r.get("uid") != uid]
+            nm = dict(_meta(obj))
+            nm["ownerReferences"] = refs
+            if not refs:
+                nm.pop("ownerReferences")
+            new = dict(obj)
+            new["metadata"] = nm
+            self._replace(kind, obj, new, None)
+
+    # --- admission -----------------------------------------------------------------------------
+    def _admit_pod(self, pod: dict) -> dict:
+        spec = pod.get("spec") or {}
+        changed = {}
+        pc_name = spec.get("priorityClassName")
+        priority = None
+        pcs = self._objects.get("PriorityClass", {})
+        if pc_name:
+            pc = pcs.get(("", pc_name))
+            if pc is not None:
+                priority = int(pc.get("value") or 0)
+            elif pc_name in ("system-cluster-critical", "system-node-critical"):
+                priority = 2000000000 if pc_name == "system-cluster-critical" else 2000001000
+        else:
+            for pc in pcs.values():
+                if pc.get("globalDefault"):
+                    priority = int(pc.get("value") or 0)
+                    changed["priorityClassName"] = _meta(pc).get("name")
+                    break
+        if priority is not None and spec.get("priority") is None:
+            changed["priority"] = priority
+        rc = spec.get("runtimeClassName")
+        if rc and not spec.get("overhead"):
+            rco = self._objects.get("RuntimeClass", {}).get(("", rc))
+            fixed = ((rco or {}).get("overhead") or {}).get("podFixed")
+            if fixed:
+                changed["overhead"] = dict(fixed)
+        status = pod.get("status")
+        if not isinstance(status, dict) or not status.get("phase"):
+            pod = dict(pod)
+            pod["status"] = {**(status if isinstance(status, dict) else {}), "phase": "Pending"}
+        if changed:
+            pod = dict(pod)
+            pod["spec"] = {**spec, **changed}
+        return pod
+
+    # --- subresources --------------------------------------------------------------------------
+    def bind(self, name: str, namespace: str, node: str) -> None:
+        with self._lock:
+            pod = self.get("Pod", name, namespace)
+            if (pod.get("spec") or {}).get("nodeName"):
+                raise E.Conflict(f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                                 kind="pods", name=name)
+            new = dict(pod)
+            new["spec"] = {**pod.get("spec", {}), "nodeName": node}
+            status = dict(pod.get("status") or {})
+            conds = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+            conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": fmt_time(self.clock.now())})
+            status["conditions"] = conds
+            new["status"] = status
+            nm = dict(_meta(pod))
+            nm["resourceVersion"] = str(self._next_rv())
+            new["metadata"] = nm
+            self._objects["Pod"][(self._ns("Pod", namespace), name)] = new
+            self._emit("Pod", MODIFIED, new, pod)
+
+    def evict(self, name: str, namespace: str, uid: str | None = None) -> None:
+        """Evict a pod as the Eviction API does (see the module docstring)."""
+        with self._lock:
+            pod = self.get("Pod", name, namespace)
+            meta = _meta(pod)
+            if uid and meta.get("uid") != uid:
+                raise E.Conflict(f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta.get('uid')}",
+                                 kind="pods", name=name)
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed", "Pending") or meta.get("deletionTimestamp"):
+                self._evict_now(pod)
+                return
+            labels = meta.get("labels") or {}
+            pdbs = [p for (ns, _), p in self._objects.get("PodDisruptionBudget", {}).items()
+                    if ns == meta.get("namespace") and _pdb_selects(p, labels)]
+            if not pdbs:
+                self._evict_now(pod)
+                return
+            if len(pdbs) > 1:
+                raise E.InternalError(PDB_MULTIPLE)
+            pdb = pdbs[0]
+            st = pdb.get("status") or {}
+            pname = _meta(pdb).get("name")
+            if int(st.get("observedGeneration") or 0) < int(_meta(pdb).get("generation") or 1):
+                raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {pname} is still being processed by the server."}])
+            if not _pod_ready(pod):
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+                healthy, desired = int(st.get("currentHealthy") or 0), int(st.get("desiredHealthy") or 0)
+                if policy == "AlwaysAllow" or healthy >= desired:
+                    self._evict_now(pod)
+                    return
+                raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {pname} needs {desired} healthy pods and has {healthy} currently"}])
+            allowed = int(st.get("disruptionsAllowed") or 0)
+            if allowed <= 0:
+                raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {pname} needs {st.get('desiredHealthy', 0)} healthy pods and has "
+                               f"{st.get('currentHealthy', 0)} currently"}])
+            nst = dict(st)
+            nst["disruptionsAllowed"] = allowed - 1
+            nst["disruptedPods"] = {**(st.get("disruptedPods") or {}), name: fmt_time(self.clock.now())}
+            npdb = dict(pdb)
+            npdb["status"] = nst
+            self._replace("PodDisruptionBudget", pdb, npdb, "status")
+            self._evict_now(pod)
+
+    def _evict_now(self, pod: dict) -> None:
+        meta = _meta(pod)
+        self.evicted_uids.add(meta.get("uid", ""))
+        self.delete("Pod", meta["name"], meta.get("namespace", ""))
+
+    def scale(self, kind: str, name: str, namespace: str, replicas: int) -> dict:
+        """The ``scale`` subresource of Deployments, ReplicaSets and StatefulSets (and Job parallelism)."""
+        with self._lock:
+            obj = self.get(kind, name, namespace)
+            field = "parallelism" if kind == "Job" else "replicas"
+            new = dict(obj)
+            new["spec"] = {**(obj.get("spec") or {}), field: int(replicas)}
+            return self._replace(kind, obj, new, None)
+
+
+def _same(new: dict, old: dict) -> bool:
+    if new.keys() != old.keys():
+        return False
+    for k, v in new.items():
+        if k == "metadata":
+            a, b = v, old[k]
+            if a.keys() - {"resourceVersion"} != b.keys() - {"resourceVersion"}:
+                return False
+            if any(a[x] != b.get(x) for x in a if x != "resourceVersion"):
+                return False
+        elif v is not old[k] and v != old[k]:
+            return False
+    return True
+
+
+def _pdb_selects(pdb: dict, labels: dict) -> bool:
+    sel = (pdb.get("spec") or {}).get("selector")
+    if sel is None:
+        return False  # a nil selector selects nothing in policy/v1
+    return LabelSelector(sel).matches(labels)
+
+
+def _pod_ready(pod: dict) -> bool:
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def _resource_name(kind: str) -> str:
+    t = BY_KIND.get(kind)
+    if t is None:
+        return kind.lower()
+    return f"{t.plural}.{t.group}" if t.group else t.plural
+
+
+def _group(kind: str) -> str:
+    t = BY_KIND.get(kind)
+    return t.group if t is not None else ""
+
+
+def deep_copy(obj: dict) -> dict:
+    """A private copy of a stored object, for callers that want to edit and update it."""
+    return copy.deepcopy(obj)

@@ -1,0 +1,135 @@
+"""Patches as the API server applies them: JSON merge patch (RFC 7386) and JSON patch (RFC 6902).
+
+Stored objects are shared and never mutated, so every function here returns a
+new object that shares the subtrees the patch does not touch.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .errors import BadRequest, Invalid
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: ``null`` removes a key, objects merge recursively, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise BadRequest(f"invalid JSON pointer {path!r}")
+    return [_unescape(t) for t in path[1:].split("/")]
+
+
+def _get(doc: Any, tokens: list[str]) -> Any:
+    cur = doc
+    for t in tokens:
+        if isinstance(cur, dict):
+            if t not in cur:
+                raise Invalid(f"jsonpatch: path not found: /{'/'.join(tokens)}")
+            cur = cur[t]
+        elif isinstance(cur, list):
+            try:
+                cur = cur[int(t)]
+            except (ValueError, IndexError):
+                raise Invalid(f"jsonpatch: index out of range: /{'/'.join(tokens)}")
+        else:
+            raise Invalid(f"jsonpatch: path not found: /{'/'.join(tokens)}")
+    return cur
+
+
+def _with(doc: Any, tokens: list[str], op: str, value: Any = None) -> Any:
+    """A copy of ``doc`` (shallow along the path) with ``op`` applied at ``tokens``."""
+    if not tokens:
+        if op == "remove":
+            raise Invalid("jsonpatch: cannot remove the whole document")
+        return copy.deepcopy(value)
+    head, rest = tokens[0], tokens[1:]
+    if isinstance(doc, dict):
+        out = dict(doc)
+        if rest:
+            if head not in out:
+                raise Invalid(f"jsonpatch: path not found: {head}")
+            out[head] = _with(out[head], rest, op, value)
+        elif op == "remove":
+            if head not in out:
+                raise Invalid(f"jsonpatch: remove of a missing key: {head}")
+            del out[head]
+        elif op == "replace":
+            if head not in out:
+                raise Invalid(f"jsonpatch: replace of a missing key: {head}")
+            out[head] = copy.deepcopy(value)
+        else:  # add
+            out[head] = copy.deepcopy(value)
+        return out
+    if isinstance(doc, list):
+        out_l = list(doc)
+        if head == "-" and not rest and op == "add":
+            out_l.append(copy.deepcopy(value))
+            return out_l
+        try:
+            i = int(head)
+        except ValueError:
+            raise Invalid(f"jsonpatch: invalid array index {head!r}")
+        if rest:
+            if not 0 <= i < len(out_l):
+                raise Invalid(f"jsonpatch: index out of range: {i}")
+            out_l[i] = _with(out_l[i], rest, op, value)
+        elif op == "add":
+            if not 0 <= i <= len(out_l):
+                raise Invalid(f"jsonpatch: index out of range: {i}")
+            out_l.insert(i, copy.deepcopy(value))
+        elif op == "remove":
+            if not 0 <= i < len(out_l):
+                raise Invalid(f"jsonpatch: index out of range: {i}")
+            del out_l[i]
+        else:
+            if not 0 <= i < len(out_l):
+                raise Invalid(f"jsonpatch: index out of range: {i}")
+            out_l[i] = copy.deepcopy(value)
+        return out_l
+    raise Invalid("jsonpatch: path through a scalar")
+
+
+def json_patch(doc: Any, ops: Any) -> Any:
+    """RFC 6902 over a JSON document (add, remove, replace, move, copy, test)."""
+    if not isinstance(ops, list):
+        raise BadRequest("json patch must be a list of operations")
+    for o in ops:
+        if not isinstance(o, dict) or "op" not in o or "path" not in o:
+            raise BadRequest(f"invalid json patch operation {o!r}")
+        op, tokens = o["op"], _pointer(o["path"])
+        if op in ("add", "replace"):
+            if "value" not in o:
+                raise BadRequest(f"json patch {op} needs a value")
+            doc = _with(doc, tokens, op, o["value"])
+        elif op == "remove":
+            doc = _with(doc, tokens, "remove")
+        elif op in ("move", "copy"):
+            src = _pointer(o.get("from", ""))
+            value = _get(doc, src)
+            if op == "move":
+                doc = _with(doc, src, "remove")
+            doc = _with(doc, tokens, "add", value)
+        elif op == "test":
+            if _get(doc, tokens) != o.get("value"):
+                raise Invalid(f"jsonpatch: test failed at {o['path']}")
+        else:
+            raise BadRequest(f"unknown json patch operation {op!r}")
+    return doc

@@ -1,0 +1,1 @@
+"""What every controller runs on: clocks, the controller manager, Events and logs."""

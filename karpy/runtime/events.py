@@ -1,0 +1,75 @@
+"""Kubernetes Events, as Karpenter's recorder publishes them, written through the API port."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from ..kube.registry import BY_KIND, is_namespaced
+from ..kube.times import fmt_time
+
+OWNER_ANNOTATION = "karpy.dev/owner"
+LABELS_ANNOTATION = "karpy.dev/labels"
+
+
+def ref(obj: Mapping[str, Any] | None, kind: str | None = None, name: str | None = None,
+        namespace: str | None = None) -> dict:
+    """An ``involvedObject`` reference to an object (or to a kind and name)."""
+    meta = (obj or {}).get("metadata") or {}
+    kind = kind or (obj or {}).get("kind") or ""
+    out = {"kind": kind, "name": name or meta.get("name", "")}
+    ns = namespace if namespace is not None else meta.get("namespace")
+    if ns and is_namespaced(kind):
+        out["namespace"] = ns
+    if meta.get("uid"):
+        out["uid"] = meta["uid"]
+    t = BY_KIND.get(kind)
+    if t is not None:
+        out["apiVersion"] = t.api_version
+    return out
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The owner (``Kind/name``) and labels of a pod, for the Events about it going away."""
+    meta = pod.get("metadata") or {}
+    owner = ""
+    for r in meta.get("ownerReferences") or ():
+        if r.get("controller"):
+            owner = f"{r.get('kind')}/{r.get('name')}"
+            break
+    return {OWNER_ANNOTATION: owner, LABELS_ANNOTATION: json.dumps(meta.get("labels") or {}, sort_keys=True)}
+
+
+class Recorder:
+    """Publishes Events. ``dedupe`` suppresses an identical event (same object, reason and message)
+    within that many seconds, as upstream's recorder does for its noisy events."""
+
+    def __init__(self, api: Any, clock: Any, component: str = "karpenter"):
+        self.api = api
+        self.clock = clock
+        self.component = component
+        self._seen: dict[tuple, float] = {}
+        self._seq = 0
+
+    def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
+                dedupe: float | None = None, annotations: Mapping[str, str] | None = None,
+                component: str | None = None) -> None:
+        now = self.clock.now()
+        if dedupe:
+            key = (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason, message)
+            last = self._seen.get(key)
+            if last is not None and now - last < dedupe:
+                return
+            self._seen[key] = now
+        ns = involved.get("namespace") or "default"
+        meta: dict[str, Any] = {"generateName": f"{involved.get('name', 'event')}.", "namespace": ns}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        ts = fmt_time(now)
+        comp = component or self.component
+        self.api.create({
+            "apiVersion": "v1", "kind": "Event", "metadata": meta,
+            "involvedObject": dict(involved), "reason": reason, "message": message, "type": etype,
+            "source": {"component": comp}, "reportingComponent": comp,
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        })

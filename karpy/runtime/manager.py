@@ -1,0 +1,255 @@
+"""The controller manager: informers, a work queue, requeues on the clock.
+
+Controllers register the kinds they watch and a handler per kind; the manager
+lists and then watches each kind once, keeps a store of the latest objects
+(the informer cache controllers read), and calls the handlers with every
+change. Handlers enqueue keys; :meth:`Manager.drain` runs the queued
+reconciles in FIFO order, delivering the changes each reconcile made before
+the next one runs, until nothing is left to do at this instant. A reconcile
+returns how long until it wants to run again (seconds) or None.
+
+The same manager runs over the in-memory API server (``karpy simulate``,
+``karpy sandbox``: changes arrive through the store's write hook, in write
+order) and over a real API server (``karpy controller``: changes arrive from
+list-then-watch informers on other threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Iterable, Protocol
+
+from ..kube import errors as E
+from ..kube.port import ADDED, DELETED, MODIFIED
+from ..kube.registry import is_namespaced
+from .clock import Clock
+
+Handler = Callable[[str, dict, "dict | None"], None]
+QUIET_KINDS = frozenset({"Event", "Lease"})  # writes that are not cluster activity
+
+
+class Controller(Protocol):
+    name: str
+
+    def setup(self, mgr: "Manager") -> None:
+        """Register watches (``mgr.watch(kind, handler)``)."""
+
+    def reconcile(self, key: Any) -> float | None:
+        """Do the work for ``key``; seconds until it should run again, or None."""
+
+
+def _key(kind: str, obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    ns = str(meta.get("namespace") or "default") if is_namespaced(kind) else ""
+    return ns, str(meta.get("name", ""))
+
+
+class Manager:
+    def __init__(self, api: Any, clock: Clock, strict: bool = True):
+        self.api = api
+        self.clock = clock
+        self.strict = strict  # re-raise unexpected errors from reconciles (simulations and tests)
+        self.controllers: list[Controller] = []
+        self.store: dict[str, dict[tuple[str, str], dict]] = {}
+        self._handlers: dict[str, list[Handler]] = {}
+        self._queue: deque[tuple[Controller, Any]] = deque()
+        self._queued: set[tuple[int, Any]] = set()
+        self._feed: deque[tuple[str, dict]] = deque()
+        self._timers: dict[tuple[int, Any], Any] = {}
+        self._conflicts: dict[tuple[int, Any], int] = {}
+        self.last_activity = clock.now()
+        self.started = False
+        self.synced = threading.Event()
+        self.reconciles = 0
+        self.errors: list[tuple[str, BaseException]] = []
+        self.on_error: Callable[[str, Any, BaseException], None] | None = None
+
+    # --- registration --------------------------------------------------------------------
+    def add(self, controller: Controller) -> None:
+        self.controllers.append(controller)
+        controller.setup(self)
+
+    def watch(self, kind: str, handler: Handler) -> None:
+        self._handlers.setdefault(kind, []).append(handler)
+        self.store.setdefault(kind, {})
+
+    def watched_kinds(self) -> list[str]:
+        return list(self._handlers)
+
+    # --- the informer cache ----------------------------------------------------------------
+    def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        ns = (namespace or "default") if is_namespaced(kind) else ""
+        return self.store.get(kind, {}).get((ns, name))
+
+    def list(self, kind: str, namespace: str | None = None) -> list[dict]:
+        objs = self.store.get(kind, {})
+        if namespace is None:
+            return list(objs.values())
+        return [o for (ns, _), o in objs.items() if ns == namespace]
+
+    def feed(self, etype: str, obj: dict) -> None:
+        """A change from the API (write hook or informer thread)."""
+        self._feed.append((etype, obj))
+        wake = self.clock.wakeup
+        with wake:
+            wake.notify_all()
+
+    def start(self) -> None:
+        """List every watched kind into the store (as ADDED events) and subscribe to changes."""
+        if self.started:
+            return
+        self.started = True
+        hooks = getattr(self.api, "write_hooks", None)
+        if hooks is not None:
+            for kind in self._handlers:
+                items, _ = self.api.list(kind)
+                for obj in items:
+                    self._feed.append((ADDED, obj))
+            watched = set(self._handlers)
+
+            def hook(etype: str, obj: dict, old: dict | None) -> None:
+                if obj.get("kind") in watched:
+                    self.feed(etype, obj)
+
+            hooks.append(hook)
+            self.synced.set()
+
+    def pump(self) -> int:
+        """Deliver the changes that have arrived to the store and the handlers."""
+        n = 0
+        feed = self._feed
+        while feed:
+            etype, obj = feed.popleft()
+            kind = obj.get("kind", "")
+            store = self.store.get(kind)
+            if store is None:
+                continue
+            k = _key(kind, obj)
+            old = store.get(k)
+            if etype == DELETED:
+                if old is None:
+                    continue
+                store.pop(k, None)
+            else:
+                if old is not None and etype == ADDED:
+                    etype = MODIFIED
+                store[k] = obj
+            if kind not in QUIET_KINDS:
+                self.last_activity = self.clock.now()
+            for h in self._handlers.get(kind, ()):
+                h(etype, obj, old)
+            n += 1
+        return n
+
+    # --- the work queue ----------------------------------------------------------------------
+    def enqueue(self, controller: Controller, key: Any = "") -> None:
+        qk = (id(controller), key)
+        if qk in self._queued:
+            return
+        self._queued.add(qk)
+        self._queue.append((controller, key))
+        wake = self.clock.wakeup
+        with wake:
+            wake.notify_all()
+
+    def requeue_after(self, controller: Controller, key: Any, seconds: float, keepalive: bool = False) -> None:
+        """Run ``controller`` for ``key`` again ``seconds`` from now (the earliest request wins)."""
+        qk = (id(controller), key)
+        when = self.clock.now() + max(0.0, seconds)
+        t = self._timers.get(qk)
+        if t is not None and not t.cancelled and t.when <= when:
+            return
+        if t is not None:
+            t.cancel()
+
+        def fire() -> None:
+            if self._timers.get(qk) is timer:
+                del self._timers[qk]
+            self.enqueue(controller, key)
+
+        timer = self.clock.call_at(when, fire, keepalive=keepalive, label=f"{controller.name}/{key}",
+                                   priority=getattr(controller, "priority", 0))
+        self._timers[qk] = timer
+
+    def busy(self) -> bool:
+        return bool(self._queue or self._feed)
+
+    def drain(self, limit: int = 10_000_000) -> None:
+        """Run queued reconciles (delivering their changes) until the queue and the feed are empty."""
+        self.pump()
+        while self._queue and limit > 0:
+            limit -= 1
+            controller, key = self._queue.popleft()
+            qk = (id(controller), key)
+            self._queued.discard(qk)
+            self._run(controller, key, qk)
+            self.pump()
+
+    def _run(self, controller: Controller, key: Any, qk: tuple) -> None:
+        self.reconciles += 1
+        try:
+            after = controller.reconcile(key)
+        except E.Conflict:
+            n = self._conflicts.get(qk, 0) + 1
+            self._conflicts[qk] = n
+            self.requeue_after(controller, key, min(60.0, 0.005 * 2 ** min(n, 14)))
+            return
+        except E.NotFound:
+            return
+        except E.ApiError as e:
+            self._fail(controller, key, e, qk)
+            return
+        except Exception as e:  # noqa: BLE001
+            if self.strict:
+                raise
+            self._fail(controller, key, e, qk)
+            return
+        self._conflicts.pop(qk, None)
+        if after is not None:
+            self.requeue_after(controller, key, after)
+
+    def _fail(self, controller: Controller, key: Any, e: BaseException, qk: tuple) -> None:
+        n = self._conflicts.get(qk, 0) + 1
+        self._conflicts[qk] = n
+        self.errors.append((controller.name, e))
+        if self.on_error is not None:
+            self.on_error(controller.name, key, e)
+        self.requeue_after(controller, key, min(300.0, 0.005 * 2 ** min(n, 16)))
+
+    # --- helpers for handlers ------------------------------------------------------------------
+    def enqueue_all(self, controller: Controller, keys: Iterable[Any]) -> None:
+        for k in keys:
+            self.enqueue(controller, k)
+
+
+def name_of(obj: dict | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("name", ""))
+
+
+def namespace_of(obj: dict | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("namespace") or "")
+
+
+def labels_of(obj: dict | None) -> dict:
+    return ((obj or {}).get("metadata") or {}).get("labels") or {}
+
+
+def annotations_of(obj: dict | None) -> dict:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def deleting(obj: dict | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def condition(obj: dict | None, ctype: str) -> dict | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def is_true(obj: dict | None, ctype: str) -> bool:
+    c = condition(obj, ctype)
+    return c is not None and c.get("status") == "True"

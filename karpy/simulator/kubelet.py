@@ -1,0 +1,177 @@
+"""Kubelets and node agents of the simulated world, and the pod garbage collector.
+
+* A Node that registers turns Ready at once (an ``NodeReady`` Event marks the
+  moment) and, once Karpenter has registered it, its startup taints are
+  removed, as the agents that own them (a CNI, a GPU plugin) would do.
+* A pod bound to a node starts running at once (``Running``, ``Ready``); a pod
+  annotated ``karpy.dev/run-for: <duration>`` succeeds that long after it
+  started, and its Job counts it.
+* A pod deleted by anything but the Eviction API (a controller scaling down or
+  replacing it, its node going away, a user) gets a ``Killing`` Event; every
+  Event about a pod going away names the pod's owner and labels.
+* When a Node is gone, the pods still bound to it are deleted (kube-controller-
+  manager's pod garbage collector); a ``RemovingNode`` Event marks the moment.
+
+Pods terminate at once: their ``terminationGracePeriodSeconds`` is not waited
+on, and volumes detach instantly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import resources as res
+from ..kube import errors as E
+from ..kube.port import ADDED, DELETED
+from ..kube.times import fmt_time
+from ..runtime.events import pod_annotations, ref
+from ..runtime.manager import Manager, deleting, is_true
+from ..state import pods as P
+
+RUN_FOR = "karpy.dev/run-for"
+READY_CONDITIONS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+
+
+class Kubelets:
+    name = "world.kubelet"
+
+    def __init__(self, mgr: Manager, api: Any, clock: Any, recorder: Any, workloads: Any):
+        self.mgr = mgr
+        self.api = api
+        self.clock = clock
+        self.recorder = recorder
+        self.workloads = workloads
+        self.bound: dict[str, set[str]] = {}  # node -> pod keys bound to it
+
+    def setup(self, mgr: Manager) -> None:
+        mgr.watch("Node", self._on_node)
+        mgr.watch("Pod", self._on_pod)
+        mgr.watch("NodeClaim", self._on_claim)
+
+    # --- nodes --------------------------------------------------------------------------------
+    def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == DELETED:
+            self.recorder.publish(ref(obj), "RemovingNode", f"Node {name} event: Removing Node {name} from Controller",
+                                  component="node-controller")
+            self.mgr.enqueue(self, ("gc", name))
+            return
+        self.mgr.enqueue(self, ("node", name))
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        node = (obj.get("status") or {}).get("nodeName")
+        if node and etype != DELETED:
+            self.mgr.enqueue(self, ("node", node))
+
+    def _reconcile_node(self, name: str) -> None:
+        node = self.mgr.get("Node", name)
+        if node is None or deleting(node):
+            return
+        if not is_true(node, "Ready"):
+            st = dict(node.get("status") or {})
+            conds = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
+            conds.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                          "message": "kubelet is posting ready status", "lastTransitionTime": fmt_time(self.clock.now())})
+            st["conditions"] = conds
+            st["phase"] = "Running"
+            self.api.patch("Node", name, {"status": st}, subresource="status")
+            self.recorder.publish(ref(node), "NodeReady", f"Node {name} status is now: NodeReady", component="kubelet")
+            node = self.mgr.get("Node", name) or node
+        labels = node["metadata"].get("labels") or {}
+        if labels.get("karpenter.sh/registered") != "true":
+            return
+        startup = self._startup_taints(node)
+        if startup:
+            taints = [t for t in (node.get("spec") or {}).get("taints") or ()
+                      if (t.get("key"), t.get("value") or "", t.get("effect")) not in startup]
+            if len(taints) != len((node.get("spec") or {}).get("taints") or ()):
+                self.api.patch("Node", name, {"spec": {"taints": taints}})
+
+    def _startup_taints(self, node: dict) -> set[tuple]:
+        """The startup taints of the NodeClaim that owns the node (the agents that own them remove them)."""
+        for r in node["metadata"].get("ownerReferences") or ():
+            if r.get("kind") == "NodeClaim":
+                claim = self.mgr.get("NodeClaim", r.get("name", ""))
+                if claim is not None:
+                    return {(t.get("key"), t.get("value") or "", t.get("effect"))
+                            for t in (claim.get("spec") or {}).get("startupTaints") or ()}
+        return set()
+
+    # --- pods ---------------------------------------------------------------------------------
+    def _on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
+        key = P.pod_key(obj)
+        node = P.node_name(obj)
+        if etype == DELETED:
+            if node:
+                self.bound.get(node, set()).discard(key)
+            uid = obj["metadata"].get("uid", "")
+            evicted = getattr(self.api, "evicted_uids", set())
+            if uid in evicted:
+                evicted.discard(uid)
+            elif not P.is_terminal(obj):
+                self.recorder.publish(ref(obj), "Killing", "Stopping container", component="kubelet",
+                                      annotations=pod_annotations(obj))
+            return
+        if node:
+            self.bound.setdefault(node, set()).add(key)
+            if P.phase(obj) == "Pending" and not deleting(obj):
+                self.mgr.enqueue(self, ("pod", key))
+
+    def _reconcile_pod(self, key: str) -> None:
+        ns, _, name = key.partition("/")
+        pod = self.mgr.get("Pod", name, ns)
+        if pod is None or P.phase(pod) != "Pending" or not P.node_name(pod) or deleting(pod):
+            return
+        if self.mgr.get("Node", P.node_name(pod)) is None:
+            return
+        now = self.clock.now()
+        ts = fmt_time(now)
+        status = dict(pod.get("status") or {})
+        status["phase"] = "Running"
+        status["startTime"] = ts
+        conds = {c.get("type"): c for c in status.get("conditions") or ()}
+        for t in READY_CONDITIONS:
+            if t == "PodScheduled" and t in conds:
+                continue
+            conds[t] = {"type": t, "status": "True", "lastTransitionTime": ts}
+        status["conditions"] = [conds[t] for t in READY_CONDITIONS if t in conds]
+        self.api.patch("Pod", name, {"status": status}, ns, subresource="status")
+        run_for = (pod["metadata"].get("annotations") or {}).get(RUN_FOR)
+        if run_for:
+            uid = pod["metadata"].get("uid")
+            self.clock.call_later(res.parse_duration(run_for), lambda: self._finish(key, uid), keepalive=True,
+                                  label=f"run-for/{key}")
+
+    def _finish(self, key: str, uid: str | None) -> None:
+        ns, _, name = key.partition("/")
+        pod = self.mgr.get("Pod", name, ns)
+        if pod is None or pod["metadata"].get("uid") != uid or P.phase(pod) != "Running":
+            return
+        status = dict(pod.get("status") or {})
+        status["phase"] = "Succeeded"
+        ts = fmt_time(self.clock.now())
+        status["conditions"] = [dict(c, status="False", lastTransitionTime=ts) if c.get("type") in ("Ready", "ContainersReady")
+                                else c for c in status.get("conditions") or ()]
+        self.api.patch("Pod", name, {"status": status}, ns, subresource="status")
+        self.workloads.job_pod_succeeded(pod)
+
+    # --- garbage collection ----------------------------------------------------------------------
+    def _gc(self, node: str) -> None:
+        if self.mgr.get("Node", node) is not None:
+            return
+        for key in sorted(self.bound.pop(node, set())):
+            ns, _, name = key.partition("/")
+            try:
+                self.api.delete("Pod", name, ns)
+            except E.NotFound:
+                pass
+
+    def reconcile(self, key: tuple[str, str]) -> float | None:
+        what, name = key
+        if what == "node":
+            self._reconcile_node(name)
+        elif what == "pod":
+            self._reconcile_pod(name)
+        elif what == "gc":
+            self._gc(name)
+        return None

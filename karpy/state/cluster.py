@@ -1,0 +1,558 @@
+"""Karpenter's view of the cluster, kept up to date from watch events (upstream's ``state.Cluster``).
+
+A :class:`StateNode` joins a Node and the NodeClaim it came from (by provider
+ID; a NodeClaim before launch, or a Node no NodeClaim owns, stands alone) with
+the pods bound to it and their summed requests and host ports, kept
+incrementally as pods come and go. On top of the objects the cache keeps what
+only Karpenter knows: which pods it nominated to which node or in-flight
+NodeClaim, and which nodes a disruption has marked for deletion.
+
+Indexes: pods by key and by node, pending pods, nodes by name and provider ID,
+NodeClaims by name and by NodePool, PodDisruptionBudgets by namespace,
+DaemonSets, NodePools, NodeClasses, volumes. The engine's inputs
+(:class:`~karpy.scheduling.scheduler.ExistingNode`,
+:class:`~karpy.disruption.state.NodeState`) are built per node and reused until
+that node changes. ``version`` counts changes that matter to scheduling and
+disruption decisions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Iterable, Mapping
+
+from .. import resources as res
+from ..cloudprovider.types import LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from ..disruption.state import NodeState, PDBState, PodState
+from ..kube.port import DELETED
+from ..kube.registry import NODECLASS_KINDS
+from ..kube.times import parse_time
+from ..runtime.manager import Manager, condition, deleting, is_true
+from ..scheduling.pods import LabelSelector, PodInfo, Taint
+from ..scheduling.scheduler import ExistingNode
+from ..scheduling.volumes import has_volume_claims, volume_requirements
+from . import pods as P
+
+NODEPOOL_KIND = "NodePool"
+
+
+class PodEntry:
+    __slots__ = ("obj", "key", "info", "node", "daemon", "terminal", "uid")
+
+    def __init__(self, obj: dict, key: str, info: PodInfo):
+        self.obj = obj
+        self.key = key
+        self.info = info
+        self.node = P.node_name(obj)
+        self.daemon = P.is_daemon(obj)
+        self.terminal = P.is_terminal(obj)
+        self.uid = (obj.get("metadata") or {}).get("uid", "")
+
+    @property
+    def active(self) -> bool:
+        return not self.terminal and not P.is_terminating(self.obj)
+
+
+class StateNode:
+    """A node as Karpenter tracks it: a NodeClaim, its Node, or both."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.node: dict | None = None
+        self.claim: dict | None = None
+        self.pods: dict[str, PodEntry] = {}
+        self.requested: dict[str, int] = {}
+        self.daemon_requested: dict[str, int] = {}
+        self.ports: Counter = Counter()
+        self.marked = False
+        self.nominated_until = 0.0
+        self.version = 0
+        self._existing: tuple[int, ExistingNode] | None = None
+        self._state: tuple[tuple, NodeState] | None = None
+
+    # --- identity --------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        if self.node is not None:
+            return self.node["metadata"]["name"]
+        return self.claim["metadata"]["name"] if self.claim is not None else self.key
+
+    @property
+    def claim_name(self) -> str | None:
+        return self.claim["metadata"]["name"] if self.claim is not None else None
+
+    @property
+    def provider_id(self) -> str:
+        if self.claim is not None and (self.claim.get("status") or {}).get("providerID"):
+            return self.claim["status"]["providerID"]
+        return ((self.node or {}).get("spec") or {}).get("providerID") or ""
+
+    @property
+    def managed(self) -> bool:
+        return self.claim is not None
+
+    def labels(self) -> dict[str, str]:
+        if self.node is not None:
+            return (self.node["metadata"].get("labels") or {})
+        return (self.claim or {}).get("metadata", {}).get("labels") or {}
+
+    @property
+    def nodepool(self) -> str | None:
+        return self.labels().get(LABEL_NODEPOOL) or ((self.claim or {}).get("metadata", {}).get("labels") or {}).get(LABEL_NODEPOOL)
+
+    def taints(self) -> list[dict]:
+        if self.node is not None:
+            return list((self.node.get("spec") or {}).get("taints") or ())
+        spec = (self.claim or {}).get("spec") or {}
+        return list(spec.get("taints") or ()) + list(spec.get("startupTaints") or ())
+
+    def startup_taints(self) -> list[dict]:
+        return list(((self.claim or {}).get("spec") or {}).get("startupTaints") or ())
+
+    def allocatable(self) -> dict[str, int]:
+        src = self.node if self.node is not None else self.claim
+        st = (src or {}).get("status") or {}
+        return res.parse_resource_list(st.get("allocatable") or st.get("capacity"))
+
+    def capacity(self) -> dict[str, int]:
+        src = self.claim if self.claim is not None else self.node
+        st = (src or {}).get("status") or {}
+        return res.parse_resource_list(st.get("capacity") or st.get("allocatable"))
+
+    @property
+    def registered(self) -> bool:
+        return self.node is not None
+
+    def launched(self) -> bool:
+        return self.claim is not None and bool((self.claim.get("status") or {}).get("providerID"))
+
+    def initialized(self) -> bool:
+        if self.claim is not None:
+            return is_true(self.claim, "Initialized")
+        return self.ready()
+
+    def ready(self) -> bool:
+        return self.node is not None and is_true(self.node, "Ready")
+
+    def deleting(self) -> bool:
+        return deleting(self.node) or deleting(self.claim)
+
+    def unschedulable(self) -> bool:
+        return bool(((self.node or {}).get("spec") or {}).get("unschedulable"))
+
+    def price(self) -> float:
+        ann = ((self.claim or self.node or {}).get("metadata") or {}).get("annotations") or {}
+        try:
+            return float(ann.get("karpy.dev/price-per-hour", "0") or 0)
+        except ValueError:
+            return 0.0
+
+    def touch(self) -> None:
+        self.version += 1
+
+    # --- pods ------------------------------------------------------------------------------
+    def add_pod(self, e: PodEntry) -> None:
+        if e.key in self.pods:
+            self.remove_pod(self.pods[e.key])
+        self.pods[e.key] = e
+        if not e.terminal:
+            self.requested = res.add(self.requested, e.info.requests)
+            if e.daemon:
+                self.daemon_requested = res.add(self.daemon_requested, e.info.requests)
+            for p in e.info.host_ports:
+                self.ports[p] += 1
+        self.version += 1
+
+    def remove_pod(self, e: PodEntry) -> None:
+        cur = self.pods.pop(e.key, None)
+        if cur is None:
+            return
+        if not cur.terminal:
+            self.requested = res.subtract(self.requested, cur.info.requests)
+            if cur.daemon:
+                self.daemon_requested = res.subtract(self.daemon_requested, cur.info.requests)
+            for p in cur.info.host_ports:
+                self.ports[p] -= 1
+                if self.ports[p] <= 0:
+                    del self.ports[p]
+        self.version += 1
+
+
+class Cluster:
+    """The cache. ``volume_lookup`` and the engine views read only what the watches delivered."""
+
+    def __init__(self, clock: Any):
+        self.clock = clock
+        self.compiler = P.PodCompiler()
+        self.pods: dict[str, PodEntry] = {}
+        self.pending: set[str] = set()  # unbound, non-terminal pods
+        self.nodes: dict[str, StateNode] = {}  # by key
+        self.by_node: dict[str, StateNode] = {}
+        self.by_claim: dict[str, StateNode] = {}
+        self.by_provider: dict[str, StateNode] = {}
+        self.claims_by_nodepool: dict[str, set[str]] = {}
+        self.nodepools: dict[str, dict] = {}
+        self.nodeclasses: dict[tuple[str, str], dict] = {}
+        self.daemonsets: dict[tuple[str, str], dict] = {}
+        self.pdbs: dict[str, dict[str, dict]] = {}  # namespace -> name -> PDB
+        self.volumes: dict[tuple[str, str, str], dict] = {}
+        self.nominations: dict[str, str] = {}  # pod key -> StateNode key it was nominated to
+        self.version = 0
+        self.pods_version = 0
+        self.nodepools_version = 0
+        self.daemonsets_version = 0
+        self.listeners: list[Callable[[str, str], None]] = []  # (kind, what) after a change
+
+    # --- wiring ------------------------------------------------------------------------------
+    def setup(self, mgr: Manager) -> None:
+        mgr.watch("Pod", self.on_pod)
+        mgr.watch("Node", self.on_node)
+        mgr.watch("NodeClaim", self.on_nodeclaim)
+        mgr.watch("NodePool", self.on_nodepool)
+        for k in sorted(NODECLASS_KINDS):
+            mgr.watch(k, self.on_nodeclass)
+        mgr.watch("DaemonSet", self.on_daemonset)
+        mgr.watch("PodDisruptionBudget", self.on_pdb)
+        for k in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass"):
+            mgr.watch(k, self.on_volume)
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    # --- pods --------------------------------------------------------------------------------
+    def on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
+        key = P.pod_key(obj)
+        prev = self.pods.get(key)
+        if prev is not None and prev.node:
+            sn = self.by_node.get(prev.node)
+            if sn is not None:
+                sn.remove_pod(prev)
+        if etype == DELETED:
+            self.pods.pop(key, None)
+            self.pending.discard(key)
+            self.nominations.pop(key, None)
+            self.compiler.forget(obj)
+            self.version += 1
+            self.pods_version += 1
+            return
+        e = PodEntry(obj, key, self.compiler.compile(obj))
+        self.pods[key] = e
+        if e.node:
+            self.pending.discard(key)
+            self.nominations.pop(key, None)
+            sn = self.by_node.get(e.node)
+            if sn is not None:
+                sn.add_pod(e)
+        elif e.terminal or P.is_terminating(obj):
+            self.pending.discard(key)
+        else:
+            self.pending.add(key)
+        if prev is None or prev.node != e.node or prev.terminal != e.terminal or prev.obj.get("spec") is not obj.get("spec") \
+                or (prev.obj.get("metadata") or {}).get("annotations") is not (obj.get("metadata") or {}).get("annotations"):
+            self.version += 1
+        self.pods_version += 1
+
+    def pod_info(self, e: PodEntry) -> PodInfo:
+        """The pod as the engine sees it, with its volumes' zone requirements."""
+        if not has_volume_claims(e.obj):
+            return e.info
+        return P.with_volume_requirements(e.info, volume_requirements(e.obj, self.volume_lookup))
+
+    def pod_state(self, e: PodEntry) -> PodState:
+        return P.pod_state(e.obj, e.info)
+
+    # --- nodes and nodeclaims ------------------------------------------------------------------
+    def _state_node(self, key: str) -> StateNode:
+        sn = self.nodes.get(key)
+        if sn is None:
+            sn = self.nodes[key] = StateNode(key)
+        return sn
+
+    def on_node(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = obj["metadata"]["name"]
+        pid = (obj.get("spec") or {}).get("providerID") or ""
+        sn = self.by_node.get(name)
+        if etype == DELETED:
+            if sn is not None:
+                sn.node = None
+                del self.by_node[name]
+                for e in list(sn.pods.values()):
+                    sn.remove_pod(e)
+                self._drop_if_empty(sn)
+            self.version += 1
+            return
+        if sn is None:
+            sn = self.by_provider.get(pid) if pid else None
+            if sn is None:
+                sn = self._state_node(pid or f"node/{name}")
+                if pid:
+                    self.by_provider[pid] = sn
+            self.by_node[name] = sn
+            sn.node = obj
+            for e in self.pods.values():  # pods bound before the node was seen
+                if e.node == name and e.key not in sn.pods:
+                    sn.add_pod(e)
+        sn.node = obj
+        sn.touch()
+        self.version += 1
+
+    def on_nodeclaim(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = obj["metadata"]["name"]
+        pid = (obj.get("status") or {}).get("providerID") or ""
+        np = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")
+        sn = self.by_claim.get(name)
+        if etype == DELETED:
+            if sn is not None:
+                sn.claim = None
+                del self.by_claim[name]
+                sn.marked = False
+                self._drop_if_empty(sn)
+            self.claims_by_nodepool.get(np, set()).discard(name)
+            for pk, target in list(self.nominations.items()):
+                if sn is not None and target == sn.key:
+                    del self.nominations[pk]
+            self.version += 1
+            return
+        if sn is None:
+            sn = self.by_provider.get(pid) if pid else None
+            if sn is None:
+                sn = self._state_node(pid or f"nodeclaim/{name}")
+            self.by_claim[name] = sn
+        elif pid and sn.key != pid:
+            # launched: re-key from the NodeClaim's name to its provider ID
+            other = self.by_provider.get(pid)
+            self.nodes.pop(sn.key, None)
+            old_key = sn.key
+            if other is not None and other is not sn:
+                # the Node arrived first: merge into it
+                other.claim = obj
+                self.by_claim[name] = other
+                for pk, target in self.nominations.items():
+                    if target == old_key:
+                        self.nominations[pk] = other.key
+                sn = other
+            else:
+                sn.key = pid
+                self.nodes[pid] = sn
+                for pk, target in self.nominations.items():
+                    if target == old_key:
+                        self.nominations[pk] = pid
+        if pid:
+            self.by_provider[pid] = sn
+        sn.claim = obj
+        sn.touch()
+        self.claims_by_nodepool.setdefault(np, set()).add(name)
+        self.version += 1
+
+    def _drop_if_empty(self, sn: StateNode) -> None:
+        if sn.node is None and sn.claim is None:
+            self.nodes.pop(sn.key, None)
+            if self.by_provider.get(sn.key) is sn:
+                del self.by_provider[sn.key]
+
+    # --- other kinds -----------------------------------------------------------------------------
+    def on_nodepool(self, etype: str, obj: dict, old: dict | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == DELETED:
+            self.nodepools.pop(name, None)
+        else:
+            self.nodepools[name] = obj
+        self.nodepools_version += 1
+        self.version += 1
+
+    def on_nodeclass(self, etype: str, obj: dict, old: dict | None) -> None:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if etype == DELETED:
+            self.nodeclasses.pop(key, None)
+        else:
+            self.nodeclasses[key] = obj
+        self.nodepools_version += 1
+        self.version += 1
+
+    def on_daemonset(self, etype: str, obj: dict, old: dict | None) -> None:
+        key = (obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        if etype == DELETED:
+            self.daemonsets.pop(key, None)
+        elif old is None or old.get("spec") is not obj.get("spec"):
+            self.daemonsets[key] = obj
+        else:
+            self.daemonsets[key] = obj
+            return
+        self.daemonsets_version += 1
+        self.version += 1
+
+    def on_pdb(self, etype: str, obj: dict, old: dict | None) -> None:
+        ns = obj["metadata"].get("namespace", "default")
+        if etype == DELETED:
+            self.pdbs.get(ns, {}).pop(obj["metadata"]["name"], None)
+        else:
+            self.pdbs.setdefault(ns, {})[obj["metadata"]["name"]] = obj
+        self.version += 1
+
+    def on_volume(self, etype: str, obj: dict, old: dict | None) -> None:
+        kind = obj["kind"]
+        ns = obj["metadata"].get("namespace", "default") if kind == "PersistentVolumeClaim" else ""
+        key = (kind, ns, obj["metadata"]["name"])
+        if etype == DELETED:
+            self.volumes.pop(key, None)
+        else:
+            self.volumes[key] = obj
+        self.version += 1
+
+    def volume_lookup(self, kind: str, ns: str, name: str) -> dict | None:
+        return self.volumes.get((kind, ns if kind == "PersistentVolumeClaim" else "", name))
+
+    def nodeclass_for(self, nodepool: Mapping) -> tuple[dict | None, dict]:
+        ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+        kind = ref.get("kind") or ""
+        return self.nodeclasses.get((kind, ref.get("name", ""))), ref
+
+    def nodeclass(self, kind: str, name: str) -> dict | None:
+        return self.nodeclasses.get((kind, name))
+
+    # --- Karpenter's own marks -------------------------------------------------------------------
+    def nominate(self, pod_key: str, node_key: str, window: float) -> None:
+        self.nominations[pod_key] = node_key
+        sn = self.nodes.get(node_key)
+        if sn is not None:
+            sn.nominated_until = max(sn.nominated_until, self.clock.now() + window)
+            sn.touch()
+        self.version += 1
+
+    def clear_nomination(self, pod_key: str) -> None:
+        if self.nominations.pop(pod_key, None) is not None:
+            self.version += 1
+
+    def mark_for_deletion(self, nodes: Iterable[StateNode]) -> None:
+        for sn in nodes:
+            sn.marked = True
+            sn.touch()
+        self.version += 1
+
+    def unmark_for_deletion(self, nodes: Iterable[StateNode]) -> None:
+        for sn in nodes:
+            sn.marked = False
+            sn.touch()
+        self.version += 1
+
+    # --- queries -----------------------------------------------------------------------------------
+    def state_node_by_name(self, name: str) -> StateNode | None:
+        """By Node name, or by NodeClaim name for a NodeClaim without a Node."""
+        sn = self.by_node.get(name)
+        if sn is not None:
+            return sn
+        return self.by_claim.get(name)
+
+    def live_target(self, node_key: str) -> bool:
+        """Does the node (or in-flight NodeClaim) a pod was nominated to still exist and stay?"""
+        sn = self.nodes.get(node_key)
+        return sn is not None and (sn.claim is not None or sn.node is not None) and not sn.marked and not sn.deleting()
+
+    def pdb_states(self) -> list[PDBState]:
+        """PodDisruptionBudgets as the disruption controller's status reports them."""
+        out = []
+        for ns in sorted(self.pdbs):
+            for name, obj in sorted(self.pdbs[ns].items()):
+                spec = obj.get("spec") or {}
+                sel = LabelSelector(spec.get("selector")) if spec.get("selector") is not None else _NOTHING
+                st = obj.get("status") or {}
+                allowed = int(st.get("disruptionsAllowed") or 0)
+                mu = spec.get("maxUnavailable")
+                fully = mu == 0 or mu == "0%" or spec.get("minAvailable") == "100%"
+                out.append(PDBState(ns, name, sel, allowed, fully, spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow"))
+        return out
+
+    def daemon_pods(self) -> list[PodInfo]:
+        """One compiled pod per DaemonSet template, for overhead."""
+        out = []
+        for (ns, name), ds in sorted(self.daemonsets.items()):
+            tmpl = (ds.get("spec") or {}).get("template") or {}
+            pobj = {"metadata": {**(tmpl.get("metadata") or {}), "name": name, "namespace": ns, "uid": f"ds/{ns}/{name}"},
+                    "spec": tmpl.get("spec") or {}}
+            out.append(self.compiler.compile(pobj))
+        return out
+
+    def existing_node(self, sn: StateNode, nominated: list[PodEntry] = ()) -> ExistingNode:
+        """How the scheduler sees this node: bound pods, plus pods nominated to it."""
+        if not nominated and sn._existing is not None and sn._existing[0] == sn.version:
+            return sn._existing[1]
+        startup = {_taint_key(t) for t in sn.startup_taints()}
+        taints = tuple(Taint.from_obj(t) for t in sn.taints() if _taint_key(t) not in startup
+                       and t.get("key") != "karpenter.sh/unregistered")
+        bound = [e for e in sn.pods.values() if not e.terminal]
+        labels = dict(sn.labels())
+        if sn.node is None:
+            labels.pop("kubernetes.io/hostname", None)
+        requested = dict(sn.requested)
+        if sn.node is None and sn.claim is not None:
+            requested = res.add(requested, self._claim_daemon_requests(sn))
+        if nominated:
+            requested = res.add(requested, res.total(e.info.requests for e in nominated))
+        ports = set(sn.ports)
+        e = ExistingNode(
+            name=sn.name, labels=labels, taints=taints, allocatable=sn.allocatable(), requested=requested,
+            host_ports=ports, nodepool=sn.nodepool, bound_pods=[self.pod_info(x) for x in bound] + [x.info for x in nominated],
+            schedulable=not sn.unschedulable(), initialized=sn.initialized(),
+        )
+        if not nominated:
+            sn._existing = (sn.version, e)
+        return e
+
+    def _claim_daemon_requests(self, sn: StateNode) -> dict[str, int]:
+        """DaemonSet pods that will run on an in-flight NodeClaim (they hold room before it registers)."""
+        labels = sn.labels()
+        taints = [Taint.from_obj(t) for t in sn.taints() if not str(t.get("key", "")).startswith("node.kubernetes.io/")]
+        from ..scheduling.pods import untolerated
+
+        out: dict[str, int] = {}
+        for d in self.daemon_pods():
+            if untolerated(d.tolerations, taints) is not None:
+                continue
+            if not d.node_selector.satisfied_by_labels(labels):
+                continue
+            if d.required_terms and not any(t.satisfied_by_labels(labels) for t in d.required_terms):
+                continue
+            out = res.add(out, d.requests)
+        return out
+
+    def node_state(self, sn: StateNode, pods: list[PodEntry], now: float, consolidate_after: Any,
+                   nominated: bool, queued: bool, existing: ExistingNode) -> NodeState:
+        claim = sn.claim or {}
+        labels = sn.labels()
+        consolidatable = is_true(claim, "Consolidatable")
+        under = False
+        if sn.claim is not None and consolidate_after not in (None, "Never") and is_true(claim, "Initialized"):
+            init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or 0.0
+            last = parse_time((claim.get("status") or {}).get("lastPodEventTime")) or init
+            d = res.parse_duration(consolidate_after)
+            under = d > 0 and now - max(last, init if not (claim.get("status") or {}).get("lastPodEventTime") else last) < d
+        drift = condition(claim, "Drifted")
+        drifted = drift.get("reason") if drift is not None and drift.get("status") == "True" else None
+        tgp = (claim.get("spec") or {}).get("terminationGracePeriod")
+        ann = ((sn.node or {}).get("metadata") or {}).get("annotations") or {}
+        return NodeState(
+            name=sn.name, nodeclaim=sn.claim_name, nodepool=sn.nodepool if sn.claim is not None else None, labels=labels,
+            instance_type=None, price=sn.price(), pods=[self.pod_state(e) for e in pods], existing=existing,
+            initialized=sn.initialized(), ready=sn.ready() if sn.node is not None else False,
+            registered=sn.node is not None, marked_for_deletion=sn.marked or sn.deleting(),
+            terminating=False, queued=queued, nominated=nominated, annotations=ann,
+            consolidatable=consolidatable, under_consolidate_after=under,
+            drifted=drifted, drifted_since=parse_time((drift or {}).get("lastTransitionTime")) if drifted else None,
+            termination_grace_period=None if tgp in (None, "Never") else res.parse_duration(tgp),
+            capacity_type=labels.get(LABEL_CAPACITY_TYPE), zone=labels.get(LABEL_ZONE),
+        )
+
+
+class _Nothing(LabelSelector):
+    def __init__(self) -> None:
+        super().__init__({"matchLabels": {}})
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def _taint_key(t: Mapping) -> tuple:
+    return (t.get("key"), t.get("value") or "", t.get("effect"))
