@@ -66,15 +66,20 @@ KWOK_REF = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "defa
 
 
 def diverse_documents(n: int) -> list[dict]:
+    # The pods are bare Pods: consolidation would evict them for good (as in a real cluster), so the
+    # NodePool only removes nodes that are empty.
     nodepool = {
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": KWOK_REF,
-            "requirements": [
-                {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-            ],
-        }}},
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": KWOK_REF,
+                "requirements": [
+                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                ],
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s"},
+        },
     }
     pods = [p.manifest for p in make_diverse_pods(n)]
     return [KWOK_NODECLASS, nodepool, *pods]

@@ -21,6 +21,7 @@ candidates, replacements and the budget in force, and its outcome.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,7 @@ class Disruption:
         self.queue: dict[int, Running] = {}
         self._ids = itertools.count(1)
         self._last_key: tuple | None = None
+        self._key_base: tuple | None = None
         self._types: dict[str, tuple[tuple, dict[str, InstanceType]]] = {}
         self.orchestrator = Orchestrator(self)
         self.started = False
@@ -142,11 +144,11 @@ class Disruption:
         removes the taint and the DisruptionReason condition at the start of each pass)."""
         env = self.env
         held = {id(sn) for r in self.queue.values() for sn in r.candidates}
-        for sn in list(env.cluster.nodes.values()):
-            if sn.claim is None or sn.node is None or id(sn) in held or sn.marked or sn.deleting():
+        for name in sorted(env.cluster.tainted):
+            sn = env.cluster.by_node.get(name)
+            if sn is None or sn.claim is None or sn.node is None or id(sn) in held or sn.marked or sn.deleting():
                 continue
-            if any(t.get("key") == DISRUPTED_TAINT.key for t in sn.taints()):
-                self.orchestrator.untaint(sn)
+            self.orchestrator.untaint(sn)
 
     def _key(self) -> tuple:
         """What the disruption methods depend on: cluster changes, nodes becoming consolidatable,
@@ -155,25 +157,31 @@ class Disruption:
         env = self.env
         c = env.cluster
         now = env.now()
-        consolidatable = []
-        counts: dict[str, int] = {}
-        for sn in c.nodes.values():
-            if sn.claim is None or not sn.initialized() or sn.deleting():
-                continue
-            np = sn.nodepool or ""
-            counts[np] = counts.get(np, 0) + 1
-            if _consolidatable(sn, c.nodepools.get(np), now):
-                consolidatable.append(sn.name)
+        if self._key_base is None or self._key_base[0] != c.version:
+            # per cluster version: nodes per NodePool, and when each node becomes consolidatable
+            counts: dict[str, int] = {}
+            times: list[float] = []
+            for sn in c.nodes.values():
+                if sn.claim is None or not sn.initialized() or sn.deleting():
+                    continue
+                np = sn.nodepool or ""
+                counts[np] = counts.get(np, 0) + 1
+                at = _consolidatable_at(sn, c.nodepools.get(np))
+                if at is not None:
+                    times.append(at)
+            times.sort()
+            self._key_base = (c.version, counts, times)
+        _, counts, times = self._key_base
+        consolidatable = bisect.bisect_right(times, now + 1e-9)
         budgets = []
         for name in sorted(c.nodepools):
             budgets.append(tuple(allowed_disruptions(c.nodepools[name], counts.get(name, 0), r, now) for r in REASONS))
         guarded = []
-        for sn in c.nodes.values():
-            for e in sn.pods.values():
-                if e.active and not e.daemon and (e.obj.get("metadata") or {}).get("annotations", {}).get("karpenter.sh/do-not-disrupt"):
-                    if c.pod_state(e).do_not_disrupt(now):
-                        guarded.append(e.key)
-        return (c.version, tuple(sorted(consolidatable)), tuple(budgets), tuple(sorted(guarded)), int(now // FORCED_RECHECK))
+        for pk in c.do_not_disrupt:
+            e = c.pods.get(pk)
+            if e is not None and e.node and e.active and not e.daemon and c.pod_state(e).do_not_disrupt(now):
+                guarded.append(e.key)
+        return (c.version, consolidatable, tuple(budgets), tuple(sorted(guarded)), int(now // FORCED_RECHECK))
 
     # --- the snapshot ---------------------------------------------------------------------------
     def instance_types(self, nodepool_name: str) -> dict[str, InstanceType]:
@@ -460,13 +468,35 @@ def _consolidate_after(np: dict | None) -> Any:
     return ((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s")
 
 
+_BASES: dict[str, tuple[dict, float | None]] = {}
+
+
 def _pod_event_base(sn: StateNode) -> float | None:
+    """When the node's consolidateAfter clock started: its last pod event, else its initialization."""
     claim = sn.claim or {}
+    status = claim.get("status")
+    name = sn.claim_name or ""
+    hit = _BASES.get(name)
+    if hit is not None and hit[0] is status:
+        return hit[1]
     if not is_true(claim, "Initialized"):
+        base = None
+    else:
+        init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or 0.0
+        last = parse_time((status or {}).get("lastPodEventTime"))
+        base = last if last is not None else init
+    if len(_BASES) > 200_000:
+        _BASES.clear()
+    _BASES[name] = (status, base)  # type: ignore[assignment]
+    return base
+
+
+def _consolidatable_at(sn: StateNode, np: dict | None) -> float | None:
+    after = _consolidate_after(np)
+    if sn.claim is None or after in (None, "Never"):
         return None
-    init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or 0.0
-    last = parse_time((claim.get("status") or {}).get("lastPodEventTime"))
-    return last if last is not None else init
+    t0 = _pod_event_base(sn)
+    return None if t0 is None else t0 + res.parse_duration(after)
 
 
 def _consolidatable(sn: StateNode, np: dict | None, now: float) -> bool:

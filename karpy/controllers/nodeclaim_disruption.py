@@ -67,7 +67,7 @@ class NodeClaimDisruption:
         status = dict(claim.get("status") or {})
         # drift
         nodeclass, _ = env.cluster.nodeclass_for(np)
-        reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels)
+        reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels, memo=True)
         if reason is None and nodeclass is not None:
             reason = env.cloud.is_drifted(claim, nodeclass)
         was = condition(claim, "Drifted")

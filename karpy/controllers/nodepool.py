@@ -34,20 +34,14 @@ class NodePoolStatus:
         if np is None or deleting(np):
             return None
         # hash
-        h = nodepool_hash(np)
+        h = nodepool_hash(np, memo=True)
         ann = np["metadata"].get("annotations") or {}
         if ann.get(NODEPOOL_HASH) != h or ann.get(NODEPOOL_HASH_VERSION) != HASH_VERSION:
             np = env.api.patch("NodePool", name, {"metadata": {"annotations": {NODEPOOL_HASH: h, NODEPOOL_HASH_VERSION: HASH_VERSION}}})
         # counters: capacity of the NodePool's launched NodeClaims
-        total: dict[str, int] = {}
-        nodes = 0
-        for cname in env.cluster.claims_by_nodepool.get(name, ()):
-            sn = env.cluster.by_claim.get(cname)
-            if sn is None or not sn.launched():
-                continue
-            total = res.add(total, sn.capacity())
-            nodes += 1
-        resources = res.format_resource_list(total)
+        total = dict(env.cluster.usage.get(name, {}))
+        nodes = total.pop("nodes", 0)
+        resources = res.format_resource_list({k: v for k, v in total.items() if v})
         resources["nodes"] = str(nodes)
         status = dict(np.get("status") or {})
         status["resources"] = resources

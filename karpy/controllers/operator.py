@@ -35,7 +35,7 @@ class Karpenter:
         orchestrated, or a NodeClaim being deleted."""
         if self.disruption.busy():
             return True
-        return any(sn.claim is not None and sn.deleting() for sn in self.cluster.nodes.values())
+        return bool(self.cluster.deleting_claims)
 
 
 def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | None = None,

@@ -144,14 +144,7 @@ class Provisioner:
         env = self.env
         c = env.cluster
         daemons = None
-        usage: dict[str, dict[str, int]] = {}
-        for sn in c.nodes.values():
-            if sn.claim is None or not sn.launched():
-                continue
-            np = sn.nodepool
-            if np:
-                usage[np] = res.add(usage.get(np, {}), sn.capacity())
-                usage[np]["nodes"] = usage[np].get("nodes", 0) + 1
+        usage = c.usage
         out: list[NodeClaimTemplate] = []
         problems: dict[str, str] = {}
         classes: dict[str, tuple[dict, dict]] = {}
@@ -325,8 +318,8 @@ class Provisioner:
             if not r.complement and r.values:
                 labels.setdefault(r.key, sorted(r.values)[0])
         annotations = {str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("annotations") or {}).items()}
-        annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool), NODEPOOL_HASH_VERSION: HASH_VERSION,
-                            NODECLASS_HASH: nodeclass_hash(nodeclass)})
+        annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool, memo=True), NODEPOOL_HASH_VERSION: HASH_VERSION,
+                            NODECLASS_HASH: nodeclass_hash(nodeclass, memo=True)})
         reqs = [r for r in nc.requirements.to_node_selector() if r["key"] != LABEL_HOSTNAME]
         spec: dict[str, Any] = {
             "nodeClassRef": dict(tspec.get("nodeClassRef") or {}),

@@ -55,6 +55,8 @@ class Candidate:
 
 def pdb_blocks(pod: PodState, pdbs: Sequence[PDBState], now: float, fully_blocking_only: bool = False) -> str | None:
     """Why evicting this pod would break a PDB, if it would."""
+    if not pdbs:
+        return None
     if not pod.active or pod.mirror or pod.tolerates_disrupted_taint() or pod.do_not_disrupt(now):
         return None
     matching = [p for p in pdbs if p.selects(pod)]

@@ -49,8 +49,32 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(_canonical(value), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def nodepool_hash(nodepool: Mapping) -> str:
+_MEMO: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+
+def _memo(kind: str, key_obj: Any, fn) -> Any:
+    """Results for stored objects, which are never mutated: keyed by identity (the object kept alive)."""
+    k = (kind, id(key_obj))
+    hit = _MEMO.get(k)
+    if hit is not None and hit[0] is key_obj:
+        return hit[1]
+    if len(_MEMO) > 10_000:
+        _MEMO.clear()
+    value = fn()
+    _MEMO[k] = (key_obj, value)
+    return value
+
+
+def nodepool_hash(nodepool: Mapping, memo: bool = False) -> str:
+    """The template hash. ``memo``: the NodePool is a stored object that is never mutated, so the result
+    may be remembered by the template's identity."""
     template = (nodepool.get("spec") or {}).get("template") or {}
+    if not memo:
+        return _nodepool_hash(template)
+    return _memo("nodepool-hash", template, lambda: _nodepool_hash(template))
+
+
+def _nodepool_hash(template: Mapping) -> str:
     meta = template.get("metadata") or {}
     spec = template.get("spec") or {}
     return _digest({
@@ -74,19 +98,23 @@ def _duration(v: Any) -> Any:
         return v
 
 
-def nodeclass_hash(nodeclass: Mapping | None) -> str:
+def nodeclass_hash(nodeclass: Mapping | None, memo: bool = False) -> str:
     """Hash of the NodeClass fields whose change drifts nodes ("" when the provider never reports drift)."""
     if not nodeclass:
         return ""
     kind = str(nodeclass.get("kind"))
     if kind == "KWOKNodeClass":
         return ""  # upstream's kwok provider reports no NodeClass drift
-    ignored = _NODECLASS_IGNORED.get(kind, set())
     full = nodeclass.get("spec") or {}
-    spec = {k: v for k, v in full.items() if k not in ignored}
-    if kind == "EC2NodeClass":
-        spec["resolvedAMIFamily"] = _ami_family(full)
-    return _digest(spec)
+
+    def compute() -> str:
+        ignored = _NODECLASS_IGNORED.get(kind, set())
+        spec = {k: v for k, v in full.items() if k not in ignored}
+        if kind == "EC2NodeClass":
+            spec["resolvedAMIFamily"] = _ami_family(full)
+        return _digest(spec)
+
+    return _memo(f"nodeclass-hash/{kind}", full, compute) if memo else compute()
 
 
 def _ami_family(spec: Mapping) -> str | None:
@@ -100,9 +128,10 @@ def _ami_family(spec: Mapping) -> str | None:
     return None
 
 
-def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str]) -> bool:
+def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str], memo: bool = False) -> bool:
     """Do the node's labels still satisfy every NodePool requirement?"""
-    reqs = nodepool_requirements(nodepool)
+    reqs = _memo("nodepool-requirements", nodepool, lambda: nodepool_requirements(nodepool)) if memo \
+        else nodepool_requirements(nodepool)
     for r in reqs:
         # a NodeClaim carries a label for every requirement with listed values; one the
         # node lacks was added after it launched
@@ -112,15 +141,15 @@ def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str]) -> b
 
 
 def drift_reason(nodepool: Mapping, nodeclass: Mapping | None, claim_annotations: Mapping[str, str],
-                 node_labels: Mapping[str, str]) -> str | None:
-    """Why this NodeClaim is drifted, or None."""
+                 node_labels: Mapping[str, str], memo: bool = False) -> str | None:
+    """Why this NodeClaim is drifted, or None (``memo``: see :func:`nodepool_hash`)."""
     stamped = claim_annotations.get(NODEPOOL_HASH)
     if stamped is not None and claim_annotations.get(NODEPOOL_HASH_VERSION) == HASH_VERSION:
-        if stamped != nodepool_hash(nodepool):
+        if stamped != nodepool_hash(nodepool, memo):
             return "NodePoolDrifted"
-    if requirements_drifted(nodepool, node_labels):
+    if requirements_drifted(nodepool, node_labels, memo):
         return "RequirementsDrifted"
     stamped_class = claim_annotations.get(NODECLASS_HASH)
-    if stamped_class is not None and nodeclass is not None and stamped_class != nodeclass_hash(nodeclass):
+    if stamped_class is not None and nodeclass is not None and stamped_class != nodeclass_hash(nodeclass, memo):
         return "NodeClassDrift"
     return None

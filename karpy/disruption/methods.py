@@ -203,10 +203,15 @@ class DisruptionEngine:
 
     # --- candidate filters ----------------------------------------------------------
     def _candidates(self, snapshot: ClusterSnapshot, klass: str, events: list[Event]) -> list[Candidate]:
-        raw: list[tuple[str, str, str]] = []
-        cands = build_candidates(snapshot, klass, raw)
-        events.extend(Event("Node", n, r, m) for n, r, m in raw)
-        return cands
+        """The candidates of a class, built once per snapshot (the methods of one pass share them)."""
+        memo = snapshot.__dict__.setdefault("_candidates", {})
+        hit = memo.get(klass)
+        if hit is None:
+            raw: list[tuple[str, str, str]] = []
+            cands = build_candidates(snapshot, klass, raw)
+            hit = memo[klass] = (cands, [Event("Node", n, r, m) for n, r, m in raw])
+            events.extend(hit[1])
+        return list(hit[0])
 
     def _empty_filter(self, c: Candidate, events: list[Event]) -> bool:
         if _consolidate_after(c.nodepool) == "Never":

@@ -15,7 +15,7 @@ from .errors import BadRequest, Invalid
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: ``null`` removes a key, objects merge recursively, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return patch  # patches are built for the call (or parsed from a request) and not touched again
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:

@@ -25,6 +25,8 @@ from ..cloudprovider.types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_RESERVED,
     CAPACITY_SPOT,
+    LABEL_CAPACITY_TYPE,
+    LABEL_ZONE,
     InstanceType,
     Offering,
 )
@@ -64,7 +66,19 @@ def launch_candidates(
         plain = [it for it in types if not _is_exotic(it)]
         if plain:
             types = plain
-    offers = [Candidate(it, o) for it in types for o in it.compatible_offerings(requirements) if not is_unavailable(it, o)]
+    zones = requirements.get(LABEL_ZONE)
+    cts = requirements.get(LABEL_CAPACITY_TYPE)
+    allowed: dict[tuple[str, str], bool] = {}
+
+    def ok(o: Offering) -> bool:
+        k = (o.zone, o.capacity_type)
+        v = allowed.get(k)
+        if v is None:
+            v = allowed[k] = zones.has(o.zone) and cts.has(o.capacity_type)
+        return v
+
+    offers = [Candidate(it, o) for it in types for o in it.offerings
+              if o.available and ok(o) and not is_unavailable(it, o)]
     if not offers:
         return []
     cts = {c.offering.capacity_type for c in offers}

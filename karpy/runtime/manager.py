@@ -54,6 +54,7 @@ class Manager:
         self.store: dict[str, dict[tuple[str, str], dict]] = {}
         self._handlers: dict[str, list[Handler]] = {}
         self._queue: deque[tuple[Controller, Any]] = deque()
+        self._idle: deque[tuple[Controller, Any]] = deque()  # run once everything else at this instant is done
         self._queued: set[tuple[int, Any]] = set()
         self._feed: deque[tuple[str, dict]] = deque()
         self._timers: dict[tuple[int, Any], Any] = {}
@@ -148,7 +149,7 @@ class Manager:
         if qk in self._queued:
             return
         self._queued.add(qk)
-        self._queue.append((controller, key))
+        (self._idle if getattr(controller, "idle", False) else self._queue).append((controller, key))
         wake = self.clock.wakeup
         with wake:
             wake.notify_all()
@@ -173,14 +174,17 @@ class Manager:
         self._timers[qk] = timer
 
     def busy(self) -> bool:
-        return bool(self._queue or self._feed)
+        return bool(self._queue or self._idle or self._feed)
 
     def drain(self, limit: int = 10_000_000) -> None:
-        """Run queued reconciles (delivering their changes) until the queue and the feed are empty."""
+        """Run queued reconciles (delivering their changes) until the queue and the feed are empty.
+
+        Controllers marked ``idle`` (the simulated kube-scheduler) run only once nothing else is
+        queued, so they see everything that happened at this instant."""
         self.pump()
-        while self._queue and limit > 0:
+        while (self._queue or self._idle) and limit > 0:
             limit -= 1
-            controller, key = self._queue.popleft()
+            controller, key = (self._queue or self._idle).popleft()
             qk = (id(controller), key)
             self._queued.discard(qk)
             self._run(controller, key, qk)

@@ -55,7 +55,7 @@ _BIG = np.iinfo(np.int64).max // 4
 class _Group:
     """Pods matching (namespaces, selector), counted per node and per domain of one key."""
 
-    __slots__ = ("key", "namespaces", "selector", "by_node", "by_domain", "hist", "total", "_sel_cache")
+    __slots__ = ("key", "namespaces", "selector", "by_node", "by_domain", "hist", "total", "_sel_cache", "_min")
 
     def __init__(self, key: str, namespaces: frozenset[str] | None, selector: LabelSelector):
         self.key = key
@@ -66,6 +66,7 @@ class _Group:
         self.hist: Counter = Counter()  # count -> number of domains (of existing nodes) with that count
         self.total = 0
         self._sel_cache: dict[tuple, bool] = {}
+        self._min: int | None = None
 
     def selects(self, info: PodInfo) -> bool:
         lk = info.label_key
@@ -83,12 +84,23 @@ class _Group:
         if domain is None:
             return
         if domain_present:
-            self.hist[self.by_domain[domain]] -= 1
-            self.hist[self.by_domain[domain] + delta] += 1
+            self.hist_move(self.by_domain[domain], self.by_domain[domain] + delta)
         self.by_domain[domain] += delta
 
+    def hist_move(self, old: int | None, new: int | None) -> None:
+        """A domain's count moves from ``old`` to ``new`` (None: the domain appears or goes)."""
+        if old is not None:
+            self.hist[old] -= 1
+            if self.hist[old] <= 0:
+                del self.hist[old]
+        if new is not None:
+            self.hist[new] += 1
+        self._min = None
+
     def minimum(self) -> int:
-        return min((c for c, n in self.hist.items() if n > 0), default=0)
+        if self._min is None:
+            self._min = min(self.hist, default=0)
+        return self._min
 
 
 class _Node:
@@ -117,6 +129,7 @@ class _Node:
 
 class KubeScheduler:
     name = "world.kube-scheduler"
+    idle = True  # binds once everything else that happened at this instant has been seen
 
     def __init__(self, mgr: Manager, api: Any, clock: Any, recorder: Any, compiler: Any):
         self.mgr = mgr
@@ -141,6 +154,11 @@ class KubeScheduler:
         self.claim_node: dict[str, str] = {}  # NodeClaim -> its Node
         self.marked: set[str] = set()  # pods already marked Unschedulable
         self.early: dict[str, set[str]] = {}  # node -> pods bound to it before it was seen
+        self.groups_by_key: dict[str, list[_Group]] = {}
+        self.nom_order: dict[str, int] = {}  # the order Karpenter nominated pods in
+        self._nom_seq = 0
+        self.dirty: set[str] = set()  # nodes that changed since parked pods were last tried
+        self.wake_topo = False
         self.binds = 0
 
     def setup(self, mgr: Manager) -> None:
@@ -168,13 +186,11 @@ class KubeScheduler:
             before = c[d]
             c[d] += delta
             if (before == 0) != (c[d] == 0):
-                for table in (self.groups, self.owner_groups):
-                    for g in table.values():
-                        if g.key == key:
-                            if c[d] > 0:
-                                g.hist[g.by_domain[d]] += 1
-                            else:
-                                g.hist[g.by_domain[d]] -= 1
+                for g in self.groups_by_key.get(key, ()):
+                    if c[d] > 0:
+                        g.hist_move(None, g.by_domain[d])
+                    else:
+                        g.hist_move(g.by_domain[d], None)
             if c[d] == 0:
                 del c[d]
 
@@ -190,7 +206,7 @@ class KubeScheduler:
             del self.nodes[name]
             self._usable[n.slot] = False
             self.slots[n.slot] = None
-            self._wake_all()
+            self._wake_topological()
             return
         new = name not in self.nodes
         n = self._slot(name)
@@ -231,7 +247,7 @@ class KubeScheduler:
         if n.usable:
             self._wake((("node", name),) + ((("nodeclaim", n.claim),) if n.claim else ()))
             if not was or old is None or old.get("spec") is not obj.get("spec") or labels != (old["metadata"].get("labels") or {}):
-                self._wake_all()
+                self._wake_node(name)
 
     def _used(self, n: _Node) -> tuple[int, int, int]:
         cpu = mem = pods = 0
@@ -260,8 +276,10 @@ class KubeScheduler:
         if etype == DELETED or P.is_terminal(obj) or deleting(obj):
             self._forget_pending(key)
             if key in self.bound:
+                node = self.bound[key][0]
                 self._unbind_accounting(key)
-                self._wake_all()
+                self._wake_node(node)
+                self._wake_topological()
             return
         node = P.node_name(obj)
         if node:
@@ -296,6 +314,7 @@ class KubeScheduler:
             self.active.discard(key)
             self.parked.discard(key)
             self.marked.discard(key)
+            self.nom_order.pop(key, None)
             target = self.nominated.pop(key, None)
             if target is not None:
                 self.waiting.get(target, set()).discard(key)
@@ -318,6 +337,8 @@ class KubeScheduler:
         if prev is not None:
             self.waiting.get(prev, set()).discard(key)
         self.nominated[key] = (kind, name)
+        self._nom_seq += 1
+        self.nom_order[key] = self._nom_seq
         self.waiting.setdefault((kind, name), set()).add(key)
         self.active.add(key)
         self.mgr.enqueue(self, "")
@@ -331,11 +352,38 @@ class KubeScheduler:
         if woke:
             self.mgr.enqueue(self, "")
 
-    def _wake_all(self) -> None:
+    def _wake_node(self, name: str) -> None:
+        """Something changed on this node: parked pods that fit it now are tried again (at the next pass)."""
         if self.parked:
-            self.active |= self.parked
-            self.parked = set()
+            self.dirty.add(name)
             self.mgr.enqueue(self, "")
+
+    def _wake_topological(self) -> None:
+        """Domains or placed pods changed: parked pods with spreads or affinities are tried again."""
+        if self.parked:
+            self.wake_topo = True
+            self.mgr.enqueue(self, "")
+
+    def _unpark(self) -> None:
+        dirty = [self.nodes[d] for d in sorted(self.dirty) if d in self.nodes and self.nodes[d].usable]
+        wake_topo = self.wake_topo
+        self.dirty = set()
+        self.wake_topo = False
+        seen: dict[tuple, bool] = {}
+        for k in sorted(self.parked):
+            info = self.pending.get(k)
+            if info is None:
+                self.parked.discard(k)
+                continue
+            if _topological(info) or info.anti_affinity:
+                hit = wake_topo or any(self.feasible(info, n) for n in dirty)
+            else:
+                hit = seen.get(info.class_key)
+                if hit is None:
+                    hit = seen[info.class_key] = any(self.feasible(info, n) for n in dirty)
+            if hit:
+                self.parked.discard(k)
+                self.active.add(k)
 
     # --- accounting -----------------------------------------------------------------------------------
     def _group(self, table: dict, key: str, namespaces: frozenset[str] | None, selector: LabelSelector) -> _Group:
@@ -343,8 +391,9 @@ class KubeScheduler:
         g = table.get(gk)
         if g is None:
             g = table[gk] = _Group(key, namespaces, selector)
+            self.groups_by_key.setdefault(key, []).append(g)
             for d in self.domains.get(key, {}):
-                g.hist[0] += 1
+                g.hist_move(None, 0)
             for pk, (node, info) in self.bound.items():
                 n = self.nodes.get(node)
                 if n is None:
@@ -511,36 +560,78 @@ class KubeScheduler:
 
     # --- scheduling ---------------------------------------------------------------------------------------
     def reconcile(self, key: Any) -> float | None:
+        if self.dirty or self.wake_topo:
+            self._unpark()
         if not self.active:
             return None
         order = sorted(self.active, key=lambda k: (-self.pending[k].priority, self.created.get(k, 0.0), k)
                        if k in self.pending else (0, 0.0, k))
         self.active = set()
-        failed_classes: set[tuple] = set()
-        for k in order:
-            info = self.pending.get(k)
-            if info is None:
-                continue
-            node = self._place(k, info, failed_classes)
-            if node is None:
-                continue
-            self._bind(k, info, node)
+        # 1. pods go to the node Karpenter nominated for them, in the order Karpenter placed them, while
+        #    any of them still binds there (a pod a spread or affinity holds back may fit once others are)
+        rest: list[str] = []
+        todo = sorted(order, key=lambda k: (-self.pending[k].priority, self.nom_order.get(k, 0), k)
+                      if k in self.pending else (0, 0, k))
+        while todo:
+            bound = 0
+            again: list[str] = []
+            for k in todo:
+                info = self.pending.get(k)
+                if info is None:
+                    continue
+                n, wait = self._nominated_node(k)
+                if wait:
+                    continue  # waits for the node Karpenter launched for it
+                if n is None:
+                    rest.append(k)
+                elif self.feasible(info, n):
+                    self._bind(k, info, n)
+                    bound += 1
+                else:
+                    again.append(k)
+            if not bound:
+                rest.extend(again)
+                break
+            todo = again
+        # 2. everything else goes to the first node, in creation order, that fits
+        order = sorted(rest, key=lambda k: (-self.pending[k].priority, self.created.get(k, 0.0), k))
+        while order:
+            failed_classes: set[tuple] = set()
+            bound = 0
+            for k in order:
+                info = self.pending.get(k)
+                if info is None:
+                    continue
+                node = self._scan(k, info, failed_classes)
+                if node is None:
+                    continue
+                self._bind(k, info, node)
+                bound += 1
+            # a pod just placed can make room for pods its spread or affinity held back (as
+            # kube-scheduler requeues pods on AssignedPodAdd): try those again while binds happen
+            order = [k for k in order if k in self.parked and _topological(self.pending[k])] if bound else []
+            for k in order:
+                self.parked.discard(k)
         return None
 
-    def _place(self, key: str, info: PodInfo, failed_classes: set[tuple]) -> _Node | None:
+    def _nominated_node(self, key: str) -> tuple[_Node | None, bool]:
+        """The usable node Karpenter nominated the pod for, and whether the pod should wait for it."""
         target = self.nominated.get(key)
-        if target is not None:
-            kind, name = target
-            node_name = name if kind == "node" else self.claim_node.get(name)
-            n = self.nodes.get(node_name) if node_name else None
-            if kind == "nodeclaim" and (n is None or not n.usable):
-                claim = self.mgr.get("NodeClaim", name)
-                if claim is not None and not deleting(claim):
-                    return None  # waits for the node Karpenter launched for it
-            elif kind == "node" and n is not None and not n.usable and not n.deleting and n.name in self.nodes:
-                return None
-            if n is not None and self.feasible(info, n):
-                return n
+        if target is None:
+            return None, False
+        kind, name = target
+        node_name = name if kind == "node" else self.claim_node.get(name)
+        n = self.nodes.get(node_name) if node_name else None
+        if kind == "nodeclaim" and (n is None or not n.usable):
+            claim = self.mgr.get("NodeClaim", name)
+            if claim is not None and not deleting(claim):
+                return None, True
+            return None, False
+        if n is not None and not n.usable:
+            return None, (not n.deleting)
+        return n, False
+
+    def _scan(self, key: str, info: PodInfo, failed_classes: set[tuple]) -> _Node | None:
         pure = not (info.spread or info.affinity or info.anti_affinity)
         ck = info.class_key
         if pure and ck in failed_classes:
@@ -597,6 +688,10 @@ class KubeScheduler:
         pod = self.mgr.get("Pod", name, ns)
         self.recorder.publish(ref(pod, kind="Pod", name=name, namespace=ns), "Scheduled",
                               f"Successfully assigned {key} to {n.name}", component="default-scheduler")
+
+
+def _topological(info: PodInfo) -> bool:
+    return bool(info.spread or info.affinity)
 
 
 def _port_clash(p: tuple[str, int, str], used: Counter) -> bool:

@@ -7,9 +7,10 @@ simulation's history; nothing is computed afresh.
 from __future__ import annotations
 
 import io
-import json
+
 from typing import Any
 
+import orjson
 import yaml
 
 from .. import resources as res
@@ -162,7 +163,7 @@ def result_list(sim: Simulation) -> dict:
 
 
 def render_json(sim: Simulation) -> str:
-    return json.dumps(result_list(sim), indent=2) + "\n"
+    return orjson.dumps(result_list(sim), option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
 class _NoAliasDumper(yaml.SafeDumper):

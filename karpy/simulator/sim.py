@@ -214,7 +214,7 @@ class Simulation:
             self.clock.set(batch[0].when)
         for t in batch:
             t.fn()
-            self.drain()
+        self.drain()
 
     def settled(self) -> bool:
         return not self.clock.has_keepalive() and not self.karpenter.busy()

@@ -37,7 +37,7 @@ NODEPOOL_KIND = "NodePool"
 
 
 class PodEntry:
-    __slots__ = ("obj", "key", "info", "node", "daemon", "terminal", "uid")
+    __slots__ = ("obj", "key", "info", "node", "daemon", "terminal", "uid", "state")
 
     def __init__(self, obj: dict, key: str, info: PodInfo):
         self.obj = obj
@@ -47,10 +47,54 @@ class PodEntry:
         self.daemon = P.is_daemon(obj)
         self.terminal = P.is_terminal(obj)
         self.uid = (obj.get("metadata") or {}).get("uid", "")
+        self.state: PodState | None = None
 
     @property
     def active(self) -> bool:
         return not self.terminal and not P.is_terminating(self.obj)
+
+
+class Nominations:
+    """Pod key -> the StateNode key Karpenter nominated it to, indexed both ways."""
+
+    def __init__(self) -> None:
+        self._of: dict[str, str] = {}
+        self.by_target: dict[str, set[str]] = {}
+
+    def get(self, pod: str) -> str | None:
+        return self._of.get(pod)
+
+    def items(self):
+        return self._of.items()
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def set(self, pod: str, target: str) -> None:
+        self.pop(pod)
+        self._of[pod] = target
+        self.by_target.setdefault(target, set()).add(pod)
+
+    def pop(self, pod: str) -> str | None:
+        t = self._of.pop(pod, None)
+        if t is not None:
+            s = self.by_target.get(t)
+            if s is not None:
+                s.discard(pod)
+                if not s:
+                    del self.by_target[t]
+        return t
+
+    def retarget(self, old: str, new: str) -> None:
+        pods = self.by_target.pop(old, set())
+        for p in pods:
+            self._of[p] = new
+        if pods:
+            self.by_target.setdefault(new, set()).update(pods)
+
+    def drop_target(self, target: str) -> None:
+        for p in self.by_target.pop(target, set()):
+            self._of.pop(p, None)
 
 
 class StateNode:
@@ -69,6 +113,7 @@ class StateNode:
         self.version = 0
         self._existing: tuple[int, ExistingNode] | None = None
         self._state: tuple[tuple, NodeState] | None = None
+        self._res: dict[str, tuple[Any, dict[str, int]]] = {}
 
     # --- identity --------------------------------------------------------------------------
     @property
@@ -109,15 +154,19 @@ class StateNode:
     def startup_taints(self) -> list[dict]:
         return list(((self.claim or {}).get("spec") or {}).get("startupTaints") or ())
 
-    def allocatable(self) -> dict[str, int]:
-        src = self.node if self.node is not None else self.claim
+    def _parsed(self, which: str, src: dict | None) -> dict[str, int]:
         st = (src or {}).get("status") or {}
-        return res.parse_resource_list(st.get("allocatable") or st.get("capacity"))
+        raw = st.get(which) or st.get("capacity" if which == "allocatable" else "allocatable")
+        hit = self._res.get(which)
+        if hit is None or hit[0] is not raw:
+            hit = self._res[which] = (raw, res.parse_resource_list(raw))
+        return hit[1]
+
+    def allocatable(self) -> dict[str, int]:
+        return self._parsed("allocatable", self.node if self.node is not None else self.claim)
 
     def capacity(self) -> dict[str, int]:
-        src = self.claim if self.claim is not None else self.node
-        st = (src or {}).get("status") or {}
-        return res.parse_resource_list(st.get("capacity") or st.get("allocatable"))
+        return self._parsed("capacity", self.claim if self.claim is not None else self.node)
 
     @property
     def registered(self) -> bool:
@@ -186,17 +235,23 @@ class Cluster:
         self.compiler = P.PodCompiler()
         self.pods: dict[str, PodEntry] = {}
         self.pending: set[str] = set()  # unbound, non-terminal pods
+        self.pods_by_node: dict[str, set[str]] = {}  # node name -> pods bound to it (whether or not the node is known)
         self.nodes: dict[str, StateNode] = {}  # by key
         self.by_node: dict[str, StateNode] = {}
         self.by_claim: dict[str, StateNode] = {}
         self.by_provider: dict[str, StateNode] = {}
         self.claims_by_nodepool: dict[str, set[str]] = {}
+        self.usage: dict[str, dict[str, int]] = {}  # NodePool -> capacity of its launched NodeClaims, and "nodes"
+        self._counted: dict[str, tuple[str, dict[str, int]]] = {}  # NodeClaim -> (NodePool, what it adds)
         self.nodepools: dict[str, dict] = {}
         self.nodeclasses: dict[tuple[str, str], dict] = {}
         self.daemonsets: dict[tuple[str, str], dict] = {}
         self.pdbs: dict[str, dict[str, dict]] = {}  # namespace -> name -> PDB
         self.volumes: dict[tuple[str, str, str], dict] = {}
-        self.nominations: dict[str, str] = {}  # pod key -> StateNode key it was nominated to
+        self.nominations = Nominations()  # pod key -> StateNode key it was nominated to
+        self.do_not_disrupt: set[str] = set()  # pods carrying karpenter.sh/do-not-disrupt
+        self.deleting_claims: set[str] = set()  # NodeClaims with a deletionTimestamp
+        self.tainted: set[str] = set()  # Nodes carrying the karpenter.sh/disrupted taint
         self.version = 0
         self.pods_version = 0
         self.nodepools_version = 0
@@ -227,10 +282,19 @@ class Cluster:
             sn = self.by_node.get(prev.node)
             if sn is not None:
                 sn.remove_pod(prev)
+            on = self.pods_by_node.get(prev.node)
+            if on is not None:
+                on.discard(key)
+                if not on:
+                    del self.pods_by_node[prev.node]
+        if "karpenter.sh/do-not-disrupt" in ((obj.get("metadata") or {}).get("annotations") or {}) and etype != DELETED:
+            self.do_not_disrupt.add(key)
+        else:
+            self.do_not_disrupt.discard(key)
         if etype == DELETED:
             self.pods.pop(key, None)
             self.pending.discard(key)
-            self.nominations.pop(key, None)
+            self.nominations.pop(key)
             self.compiler.forget(obj)
             self.version += 1
             self.pods_version += 1
@@ -238,8 +302,9 @@ class Cluster:
         e = PodEntry(obj, key, self.compiler.compile(obj))
         self.pods[key] = e
         if e.node:
+            self.pods_by_node.setdefault(e.node, set()).add(key)
             self.pending.discard(key)
-            self.nominations.pop(key, None)
+            self.nominations.pop(key)
             sn = self.by_node.get(e.node)
             if sn is not None:
                 sn.add_pod(e)
@@ -259,7 +324,9 @@ class Cluster:
         return P.with_volume_requirements(e.info, volume_requirements(e.obj, self.volume_lookup))
 
     def pod_state(self, e: PodEntry) -> PodState:
-        return P.pod_state(e.obj, e.info)
+        if e.state is None:
+            e.state = P.pod_state(e.obj, e.info)
+        return e.state
 
     # --- nodes and nodeclaims ------------------------------------------------------------------
     def _state_node(self, key: str) -> StateNode:
@@ -272,6 +339,10 @@ class Cluster:
         name = obj["metadata"]["name"]
         pid = (obj.get("spec") or {}).get("providerID") or ""
         sn = self.by_node.get(name)
+        if etype != DELETED and any(t.get("key") == "karpenter.sh/disrupted" for t in (obj.get("spec") or {}).get("taints") or ()):
+            self.tainted.add(name)
+        else:
+            self.tainted.discard(name)
         if etype == DELETED:
             if sn is not None:
                 sn.node = None
@@ -289,15 +360,39 @@ class Cluster:
                     self.by_provider[pid] = sn
             self.by_node[name] = sn
             sn.node = obj
-            for e in self.pods.values():  # pods bound before the node was seen
-                if e.node == name and e.key not in sn.pods:
+            for pk in sorted(self.pods_by_node.get(name, ())):  # pods bound before the node was seen
+                e = self.pods[pk]
+                if e.key not in sn.pods:
                     sn.add_pod(e)
         sn.node = obj
         sn.touch()
         self.version += 1
 
+    def _count(self, name: str, np: str, cap: dict[str, int] | None) -> None:
+        prev = self._counted.pop(name, None)
+        if prev is not None:
+            self.usage[prev[0]] = res.subtract(self.usage.get(prev[0], {}), prev[1])
+        if cap is not None:
+            add = dict(cap)
+            add["nodes"] = 1
+            self._counted[name] = (np, add)
+            self.usage[np] = res.add(self.usage.get(np, {}), add)
+
     def on_nodeclaim(self, etype: str, obj: dict, old: dict | None) -> None:
         name = obj["metadata"]["name"]
+        if etype != DELETED and (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.deleting_claims.add(name)
+        else:
+            self.deleting_claims.discard(name)
+        launched = etype != DELETED and bool((obj.get("status") or {}).get("providerID"))
+        np_ = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")
+        if not launched:
+            if name in self._counted:
+                self._count(name, np_, None)
+        elif name not in self._counted or old is None or (old.get("status") or {}).get("capacity") is not \
+                (obj.get("status") or {}).get("capacity"):
+            st = obj.get("status") or {}
+            self._count(name, np_, res.parse_resource_list(st.get("capacity") or st.get("allocatable")))
         pid = (obj.get("status") or {}).get("providerID") or ""
         np = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")
         sn = self.by_claim.get(name)
@@ -308,9 +403,8 @@ class Cluster:
                 sn.marked = False
                 self._drop_if_empty(sn)
             self.claims_by_nodepool.get(np, set()).discard(name)
-            for pk, target in list(self.nominations.items()):
-                if sn is not None and target == sn.key:
-                    del self.nominations[pk]
+            if sn is not None:
+                self.nominations.drop_target(sn.key)
             self.version += 1
             return
         if sn is None:
@@ -327,16 +421,12 @@ class Cluster:
                 # the Node arrived first: merge into it
                 other.claim = obj
                 self.by_claim[name] = other
-                for pk, target in self.nominations.items():
-                    if target == old_key:
-                        self.nominations[pk] = other.key
+                self.nominations.retarget(old_key, other.key)
                 sn = other
             else:
                 sn.key = pid
                 self.nodes[pid] = sn
-                for pk, target in self.nominations.items():
-                    if target == old_key:
-                        self.nominations[pk] = pid
+                self.nominations.retarget(old_key, pid)
         if pid:
             self.by_provider[pid] = sn
         sn.claim = obj
@@ -412,7 +502,7 @@ class Cluster:
 
     # --- Karpenter's own marks -------------------------------------------------------------------
     def nominate(self, pod_key: str, node_key: str, window: float) -> None:
-        self.nominations[pod_key] = node_key
+        self.nominations.set(pod_key, node_key)
         sn = self.nodes.get(node_key)
         if sn is not None:
             sn.nominated_until = max(sn.nominated_until, self.clock.now() + window)
@@ -420,7 +510,7 @@ class Cluster:
         self.version += 1
 
     def clear_nomination(self, pod_key: str) -> None:
-        if self.nominations.pop(pod_key, None) is not None:
+        if self.nominations.pop(pod_key) is not None:
             self.version += 1
 
     def mark_for_deletion(self, nodes: Iterable[StateNode]) -> None:
