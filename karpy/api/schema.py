@@ -29,12 +29,14 @@ import json
 import math
 import os
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from ..resources import parse_quantity as _parse_quantity
+from ..timeutil import is_rfc3339 as _is_rfc3339
+from ..timeutil import parse_rfc3339 as _parse_rfc3339
 
 NO_DEFAULT = object()
 
@@ -537,38 +539,14 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
         ctx.err(path, invalid(v, f"must be greater than or equal to {n.minimum}"))
 
 
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
 def is_rfc3339(v: str) -> bool:
-    if not _RFC3339.match(v):
-        return False
-    try:
-        s = v.replace("z", "Z").replace("t", "T")
-        s = s[:-1] + "+00:00" if s.endswith("Z") else s
-        if "." in s:
-            head, rest = s.split(".", 1)
-            frac = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]
-            s = head + "." + (frac + "000000")[:6] + rest[len(frac):]
-        datetime.fromisoformat(s.replace(" ", "T"))
-    except ValueError:
-        return False
-    return True
+    """The OpenAPI ``date-time`` format: an RFC 3339 date-time (see :mod:`karpy.timeutil`)."""
+    return _is_rfc3339(v)
 
 
 def parse_rfc3339(v: str) -> datetime:
-    """Parse an RFC 3339 timestamp ("2026-01-01T00:00:00Z"); raises ValueError."""
-    if not isinstance(v, str) or not is_rfc3339(v):
-        raise ValueError(f"invalid RFC 3339 time {v!r}")
-    s = v.replace("z", "Z").replace("t", "T").replace(" ", "T")
-    s = s[:-1] + "+00:00" if s.endswith("Z") else s
-    if "." in s:
-        head, rest = s.split(".", 1)
-        frac = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]
-        s = head + "." + (frac + "000000")[:6] + rest[len(frac):]
-    return datetime.fromisoformat(s)
+    """Parse an RFC 3339 timestamp ("2026-01-01T00:00:00Z") to an aware UTC datetime; raises ValueError."""
+    return datetime.fromtimestamp(_parse_rfc3339(v), tz=timezone.utc)
 
 
 # --- helpers for checks -----------------------------------------------------
