@@ -26,13 +26,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..resources import parse_duration, parse_quantity
+from ..resources import INT64_MAX, parse_duration, parse_quantity, quantity_range_error, to_units
 from .meta import object_meta
 from .schema import (
     Ctx,
     Node,
     arr,
     as_dict,
+    check_duration_range,
     boolean,
     child,
     int32,
@@ -160,14 +161,14 @@ def _sysctls() -> Node:
 def _dns_override(vnet: bool) -> Node:
     item = obj(
         {
-            "cacheDuration": string(pattern=DURATION),
+            "cacheDuration": string(pattern=DURATION, checks=[check_duration_range]),
             "forwardDestination": string(enum=("ClusterCoreDNS", "VnetDNS")),
             "forwardPolicy": string(enum=("Sequential", "RoundRobin", "Random")),
             "maxConcurrent": int32(minimum=0),
             "protocol": string(enum=("PreferUDP", "ForceTCP")),
             "queryLogging": string(enum=("Error", "Log")),
             "serveStale": string(enum=("Verify", "Immediate", "Disable")),
-            "serveStaleDuration": string(pattern=DURATION),
+            "serveStaleDuration": string(pattern=DURATION, checks=[check_duration_range]),
             "zone": string(
                 max_len=254,
                 min_len=1,
@@ -321,6 +322,12 @@ EVICTION_SIGNALS = (
     "pid.available",
 )
 RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+# the resource (and so the unit) an eviction threshold's quantity is in, by signal prefix
+_SIGNAL_RESOURCE = {
+    "memory.available": "memory",
+    "nodefs.available": "ephemeral-storage",
+    "imagefs.available": "ephemeral-storage",
+}
 
 
 def _tags_node(max_props: int | None = 20) -> Node:
@@ -605,6 +612,10 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
                 continue
             if q < 0:
                 ctx.err(p, invalid(value, "can't be a negative resource quantity"))
+                continue
+            problem = quantity_range_error(_SIGNAL_RESOURCE.get(key, key), q)
+            if problem:
+                ctx.err(p, invalid(value, problem))
     soft = _string_map(kc, "evictionSoft") or {}
     grace = _string_map(kc, "evictionSoftGracePeriod") or {}
     for s in sorted(soft):
@@ -623,6 +634,14 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
                 ctx.err(p, invalid(key, f"isn't a reservable resource, must be one of {', '.join(RESERVED_RESOURCES)}"))
             if reserved[key].startswith("-"):
                 ctx.err(p, invalid(reserved[key], "can't be a negative resource quantity"))
+                continue
+            try:
+                q = parse_quantity(reserved[key])
+            except ValueError:
+                continue  # an expression (CEL), which karpy ignores as upstream does with NodeClassCEL off
+            problem = quantity_range_error(key, q)
+            if problem:
+                ctx.err(p, invalid(reserved[key], problem))
     for field in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent"):
         v = _int_field(kc, field)
         if v is not None and not 0 <= v <= 100:
@@ -773,7 +792,7 @@ KWOK_NODE_CLASS = obj(
         "apiVersion": string(),
         "kind": string(),
         "metadata": object_meta(),
-        "spec": obj({"nodeRegistrationDelay": string(pattern=DURATION)}, default={}),
+        "spec": obj({"nodeRegistrationDelay": string(pattern=DURATION, checks=[check_duration_range])}, default={}),
         "status": opaque_obj(),
     }
 )

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..resources import parse_duration
+from ..resources import DurationRangeError, parse_duration
+from ..timeutil import is_rfc3339, normalize_rfc3339, parse_rfc3339
 from .core import label_selector, topology_spread_constraints
 from .meta import object_meta
 from .schema import (
@@ -79,6 +80,9 @@ def _duration_check(allow_zero: bool):
     def check(v: str, path: str, ctx: Ctx) -> None:
         try:
             secs = parse_duration(v)
+        except DurationRangeError as e:
+            ctx.err(path, invalid(v, str(e).split(": ", 1)[-1]))
+            return
         except ValueError:
             ctx.err(path, invalid(v, 'must be a duration such as "30s", "10m" or "1h30m"'))
             return

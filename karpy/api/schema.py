@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from ..resources import parse_quantity as _parse_quantity
+from ..resources import DurationRangeError, parse_duration, quantity_range_error
 from ..timeutil import is_rfc3339 as _is_rfc3339
 from ..timeutil import parse_rfc3339 as _parse_rfc3339
 
@@ -326,7 +327,52 @@ def string_map(**kw: Any) -> Node:
 
 
 def quantity_map(**kw: Any) -> Node:
+    """A ResourceList: resource name to quantity, each within the int64 range of its unit."""
+    kw["checks"] = (check_quantity_range, *kw.get("checks", ()))
     return mapping(quantity(), **kw)
+
+
+def check_duration_range(v: Any, path: str, ctx: Ctx) -> None:
+    """A duration the field's pattern accepts must also fit in a Go time.Duration (int64 nanoseconds).
+
+    The CRDs only give a pattern; Karpenter then parses the value with time.ParseDuration, which
+    refuses anything longer than 2562047h47m16.854775807s.
+    """
+    if not isinstance(v, str) or v == "Never":
+        return
+    try:
+        parse_duration(v)
+    except DurationRangeError as e:
+        ctx.err(path, invalid(v, str(e).split(": ", 1)[-1]))
+    except ValueError:
+        pass  # not a duration at all: the pattern reports it
+
+
+def quantity_value(v: Any, crd: bool) -> Fraction | None:
+    """The value of a quantity the schema accepts, or None when it is not one (reported elsewhere)."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return None
+    if isinstance(v, float) and (crd or not math.isfinite(v)):
+        return None
+    if crd and isinstance(v, str) and not _CRD_QUANTITY.search(v):
+        return None
+    try:
+        return parse_quantity(v)
+    except ValueError:
+        return None
+
+
+def check_quantity_range(m: Any, path: str, ctx: Ctx) -> None:
+    """Every quantity of a ResourceList must fit in an int64 of its unit (see karpy.resources)."""
+    if not isinstance(m, dict):
+        return
+    for name, raw in m.items():
+        q = quantity_value(raw, ctx.crd)
+        if q is None:
+            continue
+        problem = quantity_range_error(str(name), q)
+        if problem:
+            ctx.err(child(path, str(name)), invalid(raw, problem))
 
 
 # --- the walker -------------------------------------------------------------
@@ -529,6 +575,12 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
     if ctx.crd:
         if isinstance(v, str) and not _CRD_QUANTITY.search(v):
             ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body should match '{CRD_QUANTITY_PATTERN}'")
+            return
+        try:
+            parse_quantity(v)
+        except ValueError:
+            # the CRD pattern lets "1e1.5" through; Karpenter then cannot decode it as a resource.Quantity
+            ctx.err(path, invalid(v, QUANTITY_REGEX_MSG))
         return
     try:
         q = parse_quantity(v)
