@@ -2,7 +2,7 @@
 
 ```yaml
 spec:
-  start: "2026-01-01T00:00:00Z"   # default
+  start: "2026-01-01T00:00:00Z"   # default; any RFC 3339 date-time, stored in UTC, whole seconds
   region: westeurope               # optional
   settings: {...}                  # operator settings, as upstream's flags
   steps:                           # each step has exactly one action
@@ -236,6 +236,30 @@ STEP = obj(
 )
 
 
+def _normalize_start(spec: dict, ctx: Ctx) -> None:
+    """``spec.start`` as the API server stores a metav1.Time: RFC 3339 in UTC, whole seconds.
+
+    Every RFC 3339 form is accepted (fractional seconds, ``t``/``z``, numeric
+    offsets); the simulated clock starts at the whole second at or before it,
+    which is all the Output shows (times there have whole seconds).
+    """
+    start = spec.get("start")
+    if isinstance(start, str):
+        try:
+            spec["start"] = normalize_rfc3339(start)
+        except ValueError:
+            pass  # reported by the field's checks
+
+
+def _check_start(v: str, path: str, ctx: Ctx) -> None:
+    if not is_rfc3339(v):
+        return  # the date-time format reports it
+    try:
+        parse_rfc3339(v)
+    except ValueError as e:
+        ctx.err(path, invalid(v, str(e)))
+
+
 def _check_region(v: str, path: str, ctx: Ctx) -> None:
     if not v.strip():
         ctx.err(path, required())
@@ -248,12 +272,13 @@ SCENARIO = obj(
         "metadata": object_meta(),
         "spec": obj(
             {
-                "start": string(default=DEFAULT_START, fmt="date-time"),
+                "start": string(default=DEFAULT_START, fmt="date-time", checks=[_check_start]),
                 "region": string(checks=[_check_region]),
                 "settings": SETTINGS,
                 "steps": arr(STEP, default=[]),
             },
             default={},
+            defaulter=_normalize_start,
         ),
     }
 )
