@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from ..errors import FieldError, InputError
-from .kinds import BY_KIND, Validated, validate_manifest
+from .kinds import BY_KIND, Validated, _prefixed, duplicate_object_message, is_namespaced, validate_manifest
 
 STDIN_NAME = "<stdin>"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -38,6 +38,7 @@ class Document:
     name: str
     namespace: str | None  # "default" when a namespaced object names none; None for cluster-scoped kinds
     obj: dict
+    prefix: str = ""  # where in its document the object is: "" or, for an item of a List, "items[j]"
 
     @property
     def key(self) -> tuple[str, str | None, str]:
@@ -251,7 +252,7 @@ def _field_errors(file: str, index: int, v: Validated) -> list[FieldError]:
     return [FieldError(file, index, v.kind, v.name, f, m) for f, m in v.errors]
 
 
-def _document(file: str, index: int, v: Validated) -> Document:
+def _document(file: str, index: int, v: Validated, prefix: str = "") -> Document:
     return Document(
         file=file,
         index=index,
@@ -260,6 +261,7 @@ def _document(file: str, index: int, v: Validated) -> Document:
         name=v.name or "",
         namespace=v.namespace,
         obj=v.obj,
+        prefix=prefix,
     )
 
 
@@ -335,7 +337,7 @@ def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, pref
     if v.errors:
         result.errors.extend(_field_errors(file, index, v))
         return
-    result.documents.append(_document(file, index, v))
+    result.documents.append(_document(file, index, v, prefix))
 
 
 def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, int, str]]) -> None:
@@ -367,17 +369,51 @@ def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, i
             )
         )
     extra_scenarios = [d for d in scenarios if first is not None and (d.file, d.index) != first[:2]]
-    if extra_scenarios or len(defaults) > 1:
-        bad = {id(d.obj) for d in extra_scenarios + defaults[1:]}
+    duplicates = _duplicates(result)
+    if extra_scenarios or len(defaults) > 1 or duplicates:
+        bad = {id(d.obj) for d in extra_scenarios + defaults[1:] + duplicates}
         result.documents = [d for d in result.documents if id(d.obj) not in bad]
 
 
-def load_documents(paths: list[str], stdin_text: str | None = None) -> LoadResult:
+def _where(d: Document) -> str:
+    return f"{d.file} document {d.index}" + (f" {d.prefix}" if d.prefix else "")
+
+
+def _duplicates(result: LoadResult) -> list[Document]:
+    """Objects that name an object given before them (same kind, namespace and name): errors, as
+    ``kubectl create`` would report AlreadyExists; the first one stays. Returns the duplicates."""
+    first: dict[tuple[str, str | None, str], Document] = {}
+    out: list[Document] = []
+    for d in result.documents:
+        if d.kind == "Scenario" or not d.name:
+            continue  # at most one Scenario is checked above
+        key = (d.kind, d.namespace if is_namespaced(d.kind) else None, d.name)
+        seen = first.get(key)
+        if seen is None:
+            first[key] = d
+            continue
+        out.append(d)
+        result.errors.append(
+            FieldError(
+                d.file,
+                d.index,
+                d.kind,
+                d.name,
+                _prefixed(d.prefix, "metadata.name"),
+                duplicate_object_message(d.kind, d.namespace, d.name, _where(seen)),
+            )
+        )
+    return out
+
+
+def load_documents(paths: list[str], stdin_text: str | bytes | None = None) -> LoadResult:
     """Load, validate and default every manifest in ``paths`` (files, directories, or "-" for stdin).
 
-    Collects every error across every document; documents without errors are
-    returned in input order (files in the given order, a directory's files
-    sorted by name, documents in file order).
+    ``stdin_text`` stands in for standard input (bytes are decoded as a file's
+    are); without it, "-" reads ``sys.stdin`` as bytes. Collects every error
+    across every document; documents without errors are returned in input
+    order (files in the given order, a directory's files sorted by name,
+    documents in file order).
     """
     result = LoadResult()
     scenarios: list[tuple[str, int, str]] = []

@@ -179,11 +179,26 @@ def _target(extra: dict[str, Node], kinds: tuple[str, ...] | None, req: tuple[st
 
 
 def _check_apply(items: list, path: str, ctx: Ctx) -> None:
-    from .kinds import validate_manifest
+    """Each manifest is validated as a top-level one would be. Across steps an object may come
+    again (that is an update), but one step may not name the same object twice."""
+    from .kinds import BY_KIND, duplicate_object_message, validate_manifest
 
+    seen: dict[tuple[str, str | None, str], str] = {}
     for i, item in enumerate(items):
-        result = validate_manifest(item, prefix=index(path, i), seed=f"{path}[{i}]", nested=True)
+        p = index(path, i)
+        result = validate_manifest(item, prefix=p, seed=f"{path}[{i}]", nested=True)
         ctx.errors.extend(result.errors)
+        kind, name = result.kind, result.name
+        if kind not in BY_KIND or not isinstance(name, str) or not name:
+            continue
+        key = (kind, result.namespace if BY_KIND[kind].namespaced else None, name)
+        if key in seen:
+            ctx.err(
+                child(child(p, "metadata"), "name"),
+                duplicate_object_message(kind, result.namespace, name, f"{seen[key]} of the same step"),
+            )
+        else:
+            seen[key] = p
 
 
 def _interrupt_defaulter(step: dict, ctx: Ctx) -> None:
