@@ -448,18 +448,50 @@ def validate_object(
     """Validate and default one in-memory manifest (e.g. after a Scenario ``patch``).
 
     Works on a JSON-shaped copy; returns the Document, or None and the errors.
-    With ``old`` (the object being replaced), the CRDs' transition rules apply
-    too (static/dynamic NodePool, immutable nodeClassRef group and kind,
-    immutable NodeClaim spec).
+    Never raises: whatever ``obj`` is, the answer is a Document or errors.
+    With ``old`` (the object being replaced), the rules of an update apply too:
+    kind, name and namespace are immutable (as the API server's
+    ValidateObjectMetaUpdate says), and so are the CRDs' transition rules
+    (static/dynamic NodePool, immutable nodeClassRef group and kind, immutable
+    NodeClaim spec).
     """
     result = LoadResult()
-    _load_one(file, index, obj, result)
+    try:
+        data = _to_json(obj, [MAX_VALUES_PER_DOCUMENT])
+    except (_TooBig, _BadValue, RecursionError):
+        _load_one(file, index, obj, result)  # reports it
+        return None, result.errors or [FieldError(file, index, None, None, "", "invalid object")]
+    except Exception as e:  # noqa: BLE001 - not JSON-shaped at all
+        return None, [FieldError(file, index, None, None, "", f"Invalid value: not a manifest: {type(e).__name__}")]
+    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
     if not result.errors and result.documents and old is not None:
-        from .nodepool import transition_errors
-
         d = result.documents[0]
-        for f, m in transition_errors(d.kind, old, d.obj):
-            result.errors.append(FieldError(file, index, d.kind, d.name, f, m))
+        try:
+            problems = _update_errors(d, old)
+        except Exception as e:  # noqa: BLE001 - a malformed ``old`` must not crash the caller
+            problems = [("", f"internal error while validating this update: {type(e).__name__}: {e}")]
+        result.errors.extend(FieldError(file, index, d.kind, d.name, f, m) for f, m in problems)
     if result.errors:
         return None, result.errors
     return (result.documents[0] if result.documents else None), []
+
+
+def _update_errors(new: Document, old: Any) -> list[tuple[str, str]]:
+    from .nodepool import transition_errors
+    from .schema import invalid
+
+    if not isinstance(old, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    if old.get("kind") != new.kind:
+        out.append(("kind", invalid(new.kind, "field is immutable")))
+        return out
+    meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+    if isinstance(meta.get("name"), str) and meta["name"] != new.name:
+        out.append(("metadata.name", invalid(new.name, "field is immutable")))
+    if is_namespaced(new.kind):
+        old_ns = meta.get("namespace") or "default"
+        if old_ns != new.namespace:
+            out.append(("metadata.namespace", invalid(new.namespace, "field is immutable")))
+    out.extend(transition_errors(new.kind, old, new.obj))
+    return out
