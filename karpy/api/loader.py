@@ -200,16 +200,42 @@ def _read(path: str) -> str:
     return data.decode("utf-8-sig")
 
 
-def _sources(paths: list[str], stdin_text: str | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+NOT_UTF8 = "not a UTF-8 text file"
+
+
+def _read_stdin() -> bytes | str:
+    """Standard input as bytes (decoded like a file's), or as text where there is no byte stream."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is not None:
+        return stream.read()
+    return sys.stdin.read()
+
+
+def _stdin_text(data: bytes | str) -> str:
+    """Raises UnicodeError when ``data`` is not UTF-8 (or, as text, holds undecodable bytes)."""
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data).decode("utf-8-sig")
+    data.encode("utf-8")  # text read with surrogateescape still carries the bytes that were not UTF-8
+    return data[1:] if data.startswith("\ufeff") else data
+
+
+def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+    stdin_text: str | None = None
+    stdin_read = False
     for path in paths:
         if path == "-":
-            if stdin_text is None:
+            if not stdin_read:
+                stdin_read = True
                 try:
-                    stdin_text = sys.stdin.read()
-                except (OSError, UnicodeDecodeError) as e:
+                    if stdin_data is None:
+                        stdin_data = _read_stdin()
+                    stdin_text = _stdin_text(stdin_data)
+                except UnicodeError:
+                    errors.append(FieldError(STDIN_NAME, None, None, None, "", NOT_UTF8))
+                except (OSError, ValueError) as e:
                     errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
-                    continue
-            yield STDIN_NAME, stdin_text
+            if stdin_text is not None:
+                yield STDIN_NAME, stdin_text
             continue
         if os.path.isdir(path):
             try:
@@ -237,7 +263,7 @@ def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]
         errors.append(FieldError(path, None, None, None, "", "no such file or directory"))
         return
     except UnicodeDecodeError:
-        errors.append(FieldError(path, None, None, None, "", "not a UTF-8 text file"))
+        errors.append(FieldError(path, None, None, None, "", NOT_UTF8))
         return
     except OSError as e:
         errors.append(FieldError(path, None, None, None, "", f"cannot read file: {e.strerror or e}"))
