@@ -154,12 +154,25 @@ def check_node_selector_requirement(req: dict, path: str, ctx: Ctx) -> None:
     elif op in ("Gt", "Lt"):
         if n != 1:
             ctx.err(child(path, "values"), required("must be specified single value when `operator` is 'Lt' or 'Gt'"))
+        elif isinstance(values[0], str) and not _is_integer(values[0]):
+            # The API server lets this through, but neither kube-scheduler nor Karpenter can use it (the pod
+            # could never be scheduled); karpy refuses it rather than simulate a pod nothing would place.
+            ctx.err(
+                index(child(path, "values"), 0),
+                invalid(values[0], f"must be an integer for operator {op}"),
+            )
     elif op is None:
         ctx.err(child(path, "operator"), required())
     else:
         ctx.err(child(path, "operator"), not_supported(op, NODE_SELECTOR_OPS))
     key = req.get("key")
     validate_label_name(key if key is not None else "", child(path, "key"), ctx)
+
+
+def _is_integer(s: str) -> bool:
+    """A decimal integer, optionally signed, as Go's strconv.Atoi reads it (any size)."""
+    t = s[1:] if s[:1] in "+-" else s
+    return t.isascii() and t.isdigit()
 
 
 def check_node_field_requirement(req: dict, path: str, ctx: Ctx) -> None:

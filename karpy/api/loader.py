@@ -376,7 +376,7 @@ def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, i
                 index,
                 "Scenario",
                 name,
-                "",
+                "kind",
                 f"Forbidden: at most one Scenario is allowed; Scenario/{first[2]} is defined in {first[0]} "
                 f"document {first[1]}",
             )

@@ -558,6 +558,40 @@ _KUBELET_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+INT32_MAX = 2**31 - 1
+
+
+def _check_node_overhead(kc: dict, path: str, ctx: Ctx) -> None:
+    """kubeReserved + systemReserved + the hard eviction threshold are one node overhead, which
+    Karpenter subtracts from the capacity; each resource's total must fit in an int64 as each
+    quantity must (see karpy.resources). Reported at the entry that makes the total too big."""
+    totals: dict[str, int] = {}
+    for field in ("kubeReserved", "systemReserved", "evictionHard"):
+        entries = _string_map(kc, field) or {}
+        for key in sorted(entries):
+            resource = _SIGNAL_RESOURCE.get(key) if field == "evictionHard" else key
+            value = entries[key]
+            if resource is None or resource == "pid" or value.endswith("%"):
+                continue
+            try:
+                units = to_units(resource, value)
+            except ValueError:
+                continue  # not a quantity, or out of range on its own: reported above
+            if units < 0:
+                continue
+            totals[resource] = totals.get(resource, 0) + units
+            if totals[resource] > INT64_MAX:
+                ctx.err(
+                    f"{child(path, field)}[{key}]",
+                    invalid(
+                        value,
+                        f"kubeReserved, systemReserved and evictionHard add up to 2^63 or more for {resource}: "
+                        "Kubernetes quantities are 64-bit integers",
+                    ),
+                )
+                return
+
+
 def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
     for field, types in _KUBELET_TYPES.items():
         if field not in kc:
@@ -650,6 +684,10 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
         v = _int_field(kc, field)
         if v is not None and v < 0:
             ctx.err(child(path, field), invalid(v, "can't be negative"))
+        elif v is not None and v > INT32_MAX:
+            # the kubelet (and upstream's KubeletConfiguration) hold these in an int32
+            ctx.err(child(path, field), invalid(v, f"must be less than or equal to {INT32_MAX}"))
+    _check_node_overhead(kc, path, ctx)
     hi, lo = _int_field(kc, "imageGCHighThresholdPercent"), _int_field(kc, "imageGCLowThresholdPercent")
     if hi is not None and lo is not None and hi <= lo:
         ctx.err(
