@@ -642,6 +642,16 @@ def test_duplicates_across_files_and_directories(tmp_path):
     assert_exit_2(invoke([str(d), str(other)]), "Duplicate value")
 
 
+def test_a_file_named_twice_is_read_once(tmp_path):
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "a.yaml").write_text(dump([deployment()]))
+    r = load_documents([str(d), str(d / "a.yaml"), str(tmp_path / "dir" / ".." / "dir" / "a.yaml")])
+    assert r.errors == [] and [x.name for x in r.documents] == ["web"]
+    r = load_documents(["-", "-"], stdin_text=dump([pod()]))
+    assert r.errors == [] and len(r.documents) == 1
+
+
 def test_duplicates_inside_a_list():
     lst = {"apiVersion": "v1", "kind": "List", "items": [pod(), pod()]}
     e = only_error(load([lst]))

@@ -220,22 +220,26 @@ def _stdin_text(data: bytes | str) -> str:
 
 
 def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
-    stdin_text: str | None = None
-    stdin_read = False
+    """(name, text) of every input, each file once: a file named twice (or given both by itself
+    and in its directory), or "-" given twice, is read the first time only; it holds the same
+    objects, which would otherwise all be duplicates of themselves."""
+    seen: set[str] = set()
     for path in paths:
         if path == "-":
-            if not stdin_read:
-                stdin_read = True
-                try:
-                    if stdin_data is None:
-                        stdin_data = _read_stdin()
-                    stdin_text = _stdin_text(stdin_data)
-                except UnicodeError:
-                    errors.append(FieldError(STDIN_NAME, None, None, None, "", NOT_UTF8))
-                except (OSError, ValueError) as e:
-                    errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
-            if stdin_text is not None:
-                yield STDIN_NAME, stdin_text
+            if "-" in seen:
+                continue
+            seen.add("-")
+            try:
+                if stdin_data is None:
+                    stdin_data = _read_stdin()
+                stdin_text = _stdin_text(stdin_data)
+            except UnicodeError:
+                errors.append(FieldError(STDIN_NAME, None, None, None, "", NOT_UTF8))
+                continue
+            except (OSError, ValueError) as e:
+                errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
+                continue
+            yield STDIN_NAME, stdin_text
             continue
         if os.path.isdir(path):
             try:
@@ -251,9 +255,22 @@ def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[Fiel
             if not files:
                 errors.append(FieldError(path, None, None, None, "", "no *.yaml or *.yml files in this directory"))
             for f in files:
-                yield from _read_file(f, errors)
+                if _first_time(f, seen):
+                    yield from _read_file(f, errors)
             continue
-        yield from _read_file(path, errors)
+        if _first_time(path, seen):
+            yield from _read_file(path, errors)
+
+
+def _first_time(path: str, seen: set[str]) -> bool:
+    try:
+        key = os.path.realpath(path)
+    except (OSError, ValueError):
+        key = path
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
