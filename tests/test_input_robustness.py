@@ -544,6 +544,23 @@ def test_bad_scenario_start_is_a_field_error(start, fragment):
     assert fragment in e.message
 
 
+@pytest.mark.parametrize("field", ["creationTimestamp", "deletionTimestamp"])
+def test_object_timestamps_must_be_rfc3339(field):
+    p = pod()
+    p["metadata"][field] = "last tuesday"
+    e = only_error(load([p]))
+    assert (e.field, e.message) == (
+        f"metadata.{field}", 'Invalid value: "last tuesday": must be an RFC 3339 date-time such as "2026-01-01T00:00:00Z"'
+    )
+    p["metadata"][field] = "0000-06-01T00:00:00Z"
+    assert "must be between 0001-01-01T00:00:00Z" in only_error(load([p])).message
+    p["metadata"][field] = "2025-12-31t23:00:00.5-01:00"
+    assert load([p]).errors == []
+    d = deployment()
+    d["spec"]["template"]["metadata"][field] = None  # as `kubectl create --dry-run -o yaml` writes it
+    assert load([d]).errors == []
+
+
 def test_taint_time_added_accepts_any_rfc3339():
     np = nodepool()
     np["spec"]["template"]["spec"]["taints"] = [

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..resources import DurationRangeError, parse_duration
-from ..timeutil import is_rfc3339, normalize_rfc3339, parse_rfc3339
+from ..timeutil import normalize_rfc3339
 from .core import label_selector, topology_spread_constraints
 from .meta import object_meta
 from .schema import (
@@ -45,6 +45,7 @@ from .schema import (
     arr,
     as_list,
     boolean,
+    check_time_range,
     child,
     forbidden,
     index,
@@ -266,15 +267,6 @@ def _normalize_start(spec: dict, ctx: Ctx) -> None:
             pass  # reported by the field's checks
 
 
-def _check_start(v: str, path: str, ctx: Ctx) -> None:
-    if not is_rfc3339(v):
-        return  # the date-time format reports it
-    try:
-        parse_rfc3339(v)
-    except ValueError as e:
-        ctx.err(path, invalid(v, str(e)))
-
-
 def _check_region(v: str, path: str, ctx: Ctx) -> None:
     if not v.strip():
         ctx.err(path, required())
@@ -287,7 +279,7 @@ SCENARIO = obj(
         "metadata": object_meta(),
         "spec": obj(
             {
-                "start": string(default=DEFAULT_START, fmt="date-time", checks=[_check_start]),
+                "start": string(default=DEFAULT_START, fmt="date-time", checks=[check_time_range]),
                 "region": string(checks=[_check_region]),
                 "settings": SETTINGS,
                 "steps": arr(STEP, default=[]),

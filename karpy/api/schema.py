@@ -548,7 +548,10 @@ def _check_string(v: str, n: Node, path: str, ctx: Ctx) -> None:
     if n.pattern is not None and not n.pattern.search(v):
         ctx.err(path, f"Invalid value: {fmt_value(v)}: {_bound_msg(ctx, path, 'should match')} '{n.pattern_src}'")
     if n.fmt == "date-time" and not is_rfc3339(v):
-        ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body must be of type date-time: {fmt_value(v)}")
+        if ctx.crd:
+            ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body must be of type date-time: {fmt_value(v)}")
+        else:
+            ctx.err(path, invalid(v, 'must be an RFC 3339 date-time such as "2026-01-01T00:00:00Z"'))
 
 
 def _check_number(v: int | float, n: Node, path: str, ctx: Ctx) -> None:
@@ -594,6 +597,16 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
 def is_rfc3339(v: str) -> bool:
     """The OpenAPI ``date-time`` format: an RFC 3339 date-time (see :mod:`karpy.timeutil`)."""
     return _is_rfc3339(v)
+
+
+def check_time_range(v: Any, path: str, ctx: Ctx) -> None:
+    """A ``date-time`` karpy reads must name an instant it can represent (years 0001-9999 in UTC)."""
+    if not isinstance(v, str) or not _is_rfc3339(v):
+        return  # the date-time format reports it
+    try:
+        _parse_rfc3339(v)
+    except ValueError as e:
+        ctx.err(path, invalid(v, str(e)))
 
 
 def parse_rfc3339(v: str) -> datetime:
