@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 
@@ -40,9 +41,10 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         return
     if until_s < 0:
         _fail_input([f"--until: Invalid value: \"{until}\": must be a non-negative duration"])
-    stdin_text = sys.stdin.read() if "-" in paths else None
+    if region is not None and not region.strip():
+        _fail_input([f"--region: Invalid value: {json.dumps(region)}: must not be empty"])
     try:
-        loaded = load_documents(list(paths), stdin_text=stdin_text)
+        loaded = load_documents(list(paths))  # reads "-" from standard input, as bytes
     except Exception:  # the loader reports bad input itself; anything else is ours
         traceback.print_exc()
         sys.exit(1)

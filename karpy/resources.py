@@ -39,8 +39,48 @@ _QUANTITY = re.compile(
 )
 
 
+# A quantity's significant digits and decimal exponent are kept exact up to these sizes. Beyond
+# them a value is either far outside the int64 range karpy can store (reported as such by
+# quantity_range_error) or far below one unit (it rounds up to one unit, as the API server rounds
+# a quantity finer than it can store); approximating those keeps "1e999999999" from hanging karpy.
+_MAX_DIGITS = 1000
+_MAX_MAGNITUDE = 1000  # decimal orders of magnitude
+
+
+def _decimal(digits: str, exp10: int) -> Fraction:
+    """``0.digits`` scaled: the value of a mantissa written ``digits`` (no sign, maybe a '.') times 10**exp10."""
+    whole, _, frac = digits.partition(".")
+    sig = (whole + frac).lstrip("0")
+    if not sig:
+        return Fraction(0)
+    exp = exp10 - len(frac)  # value == int(sig) * 10**exp
+    magnitude = exp + len(sig)  # 10**(magnitude-1) <= value < 10**magnitude
+    if magnitude > _MAX_MAGNITUDE:
+        return Fraction(10) ** (_MAX_MAGNITUDE + 1)
+    if magnitude < -_MAX_MAGNITUDE:
+        return Fraction(1, 10 ** (_MAX_MAGNITUDE + 1))
+    if len(sig) > _MAX_DIGITS:
+        # round the magnitude up, as the API server rounds quantities up
+        dropped = sig[_MAX_DIGITS:]
+        exp += len(dropped)
+        sig = str(int(sig[:_MAX_DIGITS]) + (1 if dropped.strip("0") else 0))
+    return Fraction(int(sig)) * Fraction(10) ** exp
+
+
+def _exponent(text: str) -> int:
+    """A decimal exponent ("+3", "-12", "0000000000000009"), clamped far beyond any use."""
+    sign = -1 if text[:1] == "-" else 1
+    body = text.lstrip("+-").lstrip("0") or "0"
+    if len(body) > 7:
+        return sign * 10**7
+    return sign * int(body)
+
+
 def parse_quantity(value: object) -> Fraction:
-    """Parse a Kubernetes quantity ("100m", "1.5Gi", "2e3", 4) to an exact Fraction."""
+    """Parse a Kubernetes quantity ("100m", "1.5Gi", "2e3", 4) to an exact Fraction.
+
+    Never raises anything but ValueError; never takes long (see ``_MAX_MAGNITUDE``).
+    """
     if isinstance(value, bool):
         raise ValueError(f"quantities must match the regular expression of a Kubernetes quantity, got {value!r}")
     if isinstance(value, int):
@@ -57,22 +97,65 @@ def parse_quantity(value: object) -> Fraction:
             f"quantities must match the regular expression "
             f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$', got {value!r}"
         )
-    num = Fraction(m.group("num"))
+    exp10 = _exponent(m.group("exp")[1:]) if m.group("exp") else 0
+    num = _decimal(m.group("num"), exp10)
     if m.group("sign") == "-":
         num = -num
     if m.group("bin"):
         return num * _BINARY[m.group("bin")]
     if m.group("exp"):
-        return num * Fraction(10) ** int(m.group("exp")[1:])
+        return num
     return num * _DECIMAL[m.group("dec") or ""]
 
 
-def to_units(resource: str, value: object) -> int:
-    """A quantity as karpy's integer unit for that resource (millicores for CPU)."""
-    q = parse_quantity(value)
+# --- the int64 range ----------------------------------------------------------------
+#
+# The API server keeps a quantity's value as a 64-bit integer (resource.Quantity's Value() and
+# MilliValue() are int64), and karpy keeps every amount as an int in its own unit -- millicores
+# for cpu, bytes for memory and storage, a count for pods and extended resources -- which its
+# scheduler packs into int64 arrays. So a quantity is accepted only when its value in that unit,
+# rounded up as karpy stores it, fits in a signed 64-bit integer: -2^63 <= units <= 2^63 - 1.
+# Anything else is reported where the loader reads it, as
+#   Invalid value: "8Ei": must be less than 2^63 bytes (8Ei): Kubernetes quantities are 64-bit integers
+# (and "must be greater than or equal to -2^63 ..." below the range).
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+_BYTE_RESOURCES = frozenset({MEMORY, EPHEMERAL, "storage"})
+
+
+def _units(resource: str, q: Fraction) -> int:
+    return math.ceil(q * 1000 if resource == CPU else q)
+
+
+def _unit_text(resource: str, sign: str) -> str:
     if resource == CPU:
-        q *= 1000
-    return math.ceil(q)
+        return f"{sign}2^63 millicores ({sign}9223372036854775808m)"
+    if resource in _BYTE_RESOURCES or resource.startswith("hugepages-"):
+        return f"{sign}2^63 bytes ({sign}8Ei)"
+    return f"{sign}2^63 ({sign}9223372036854775808)"
+
+
+def quantity_range_error(resource: str, q: Fraction) -> str | None:
+    """Why quantity ``q`` of ``resource`` cannot be stored (see above), or None when it fits."""
+    units = _units(resource, q)
+    if units > INT64_MAX:
+        return f"must be less than {_unit_text(resource, '')}: Kubernetes quantities are 64-bit integers"
+    if units < INT64_MIN:
+        return f"must be greater than or equal to {_unit_text(resource, '-')}: Kubernetes quantities are 64-bit integers"
+    return None
+
+
+def to_units(resource: str, value: object) -> int:
+    """A quantity as karpy's integer unit for that resource (millicores for CPU).
+
+    Raises ValueError for a value that is not a quantity or does not fit in an int64.
+    """
+    q = parse_quantity(value)
+    problem = quantity_range_error(resource, q)
+    if problem:
+        raise ValueError(problem)
+    return _units(resource, q)
 
 
 def format_units(resource: str, units: int) -> str:
@@ -163,6 +246,10 @@ _DURATION_UNITS = {
 }
 
 
+class DurationRangeError(ValueError):
+    """A duration in Go's syntax that is longer than a Go time.Duration can be."""
+
+
 def parse_duration(value: object) -> float:
     """Parse a Go duration ("1h30m", "5s", "300ms") to seconds."""
     if isinstance(value, str) and value in _DURATION_CACHE:
@@ -192,9 +279,25 @@ def _parse_duration(value: object) -> float:
         m = _DURATION_PART.match(s, pos)
         if not m or m.group(1) in ("", "."):
             raise ValueError(f"invalid duration {value!r}: expected a string such as \"30s\", \"5m\" or \"1h\"")
-        seconds += Fraction(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        number = m.group(1)
+        if len(number.partition(".")[0].lstrip("0")) > 20:
+            seconds = _MAX_DURATION + 1  # more digits than any int64 count of nanoseconds
+            break
+        seconds += Fraction(number[:40]) * _DURATION_UNITS[m.group(2)]
+        if seconds > _MAX_DURATION + 1:
+            break
         pos = m.end()
+    # Go's time.Duration is an int64 count of nanoseconds; time.ParseDuration refuses anything longer
+    if seconds > (_MAX_DURATION + Fraction(1, 10**9) if sign < 0 else _MAX_DURATION):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise DurationRangeError(
+            f"invalid duration {shown!r}: out of range; Go durations go from -2562047h47m16.854775808s "
+            "to 2562047h47m16.854775807s"
+        )
     return float(sign * seconds)
+
+
+_MAX_DURATION = Fraction(2**63 - 1, 10**9)  # seconds
 
 
 def format_duration(seconds: float) -> str:

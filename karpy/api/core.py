@@ -29,6 +29,7 @@ import uuid
 from fractions import Fraction
 from typing import Any
 
+from ..resources import quantity_range_error, to_units
 from . import names
 from .meta import object_meta, template_meta, validate_label_name, validate_labels
 from .schema import (
@@ -154,12 +155,25 @@ def check_node_selector_requirement(req: dict, path: str, ctx: Ctx) -> None:
     elif op in ("Gt", "Lt"):
         if n != 1:
             ctx.err(child(path, "values"), required("must be specified single value when `operator` is 'Lt' or 'Gt'"))
+        elif isinstance(values[0], str) and not _is_integer(values[0]):
+            # The API server lets this through, but neither kube-scheduler nor Karpenter can use it (the pod
+            # could never be scheduled); karpy refuses it rather than simulate a pod nothing would place.
+            ctx.err(
+                index(child(path, "values"), 0),
+                invalid(values[0], f"must be an integer for operator {op}"),
+            )
     elif op is None:
         ctx.err(child(path, "operator"), required())
     else:
         ctx.err(child(path, "operator"), not_supported(op, NODE_SELECTOR_OPS))
     key = req.get("key")
     validate_label_name(key if key is not None else "", child(path, "key"), ctx)
+
+
+def _is_integer(s: str) -> bool:
+    """A decimal integer, optionally signed, as Go's strconv.Atoi reads it (any size)."""
+    t = s[1:] if s[:1] in "+-" else s
+    return t.isascii() and t.isdigit()
 
 
 def check_node_field_requirement(req: dict, path: str, ctx: Ctx) -> None:
@@ -633,6 +647,66 @@ def _check_pod_spec_misc(spec: dict, path: str, ctx: Ctx) -> None:
             ctx.err(child(child(path, "overhead"), name), invalid(raw, "must be greater than or equal to 0"))
 
 
+def _container_requests(c: Any) -> dict[str, int]:
+    res = as_dict(as_dict(c).get("resources"))
+    out = {str(k): to_units(str(k), v) for k, v in as_dict(res.get("requests")).items()}
+    for k, v in as_dict(res.get("limits")).items():
+        out.setdefault(str(k), to_units(str(k), v))
+    return out
+
+
+def pod_request_totals(spec: Any) -> dict[str, int]:
+    """A pod's effective requests, added up as kube-scheduler (and karpy's scheduler) add them:
+    containers and restartable init containers (sidecars) together, or each ordinary init
+    container with the sidecars before it, whichever is more; pod-level resources where set;
+    plus the overhead. Raises ValueError if a quantity is not one."""
+    spec = as_dict(spec)
+    app: dict[str, int] = {}
+    for c in as_list(spec.get("containers")):
+        for k, v in _container_requests(c).items():
+            app[k] = app.get(k, 0) + v
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for c in as_list(spec.get("initContainers")):
+        req = _container_requests(c)
+        if as_dict(c).get("restartPolicy") == "Always":
+            for k, v in req.items():
+                sidecars[k] = sidecars.get(k, 0) + v
+            step = sidecars
+        else:
+            step = dict(req)
+            for k, v in sidecars.items():
+                step[k] = step.get(k, 0) + v
+        for k, v in step.items():
+            peak[k] = max(peak.get(k, 0), v)
+    out = dict(app)
+    for k, v in sidecars.items():
+        out[k] = out.get(k, 0) + v
+    for k, v in peak.items():
+        out[k] = max(out.get(k, 0), v)
+    level = _container_requests({"resources": spec.get("resources")})
+    out.update(level)
+    for k, v in as_dict(spec.get("overhead")).items():
+        out[str(k)] = out.get(str(k), 0) + to_units(str(k), v)
+    return out
+
+
+def _check_pod_request_totals(spec: dict, path: str, ctx: Ctx) -> None:
+    """Each quantity fits in an int64 (see karpy.resources); the pod's total requests must too."""
+    try:
+        totals = pod_request_totals(spec)
+    except ValueError:
+        return  # a quantity that is not one, or out of range on its own: reported at its field
+    for name in sorted(totals):
+        problem = quantity_range_error(name, Fraction(totals[name], 1000 if name == "cpu" else 1))
+        if problem:
+            ctx.err(
+                path,
+                f"Invalid value: {fmt_value(totals[name])}: the pod's requests of {name} (its containers, sidecars "
+                f"and overhead, added up as kube-scheduler adds them) {problem}",
+            )
+
+
 def _check_tscs(tscs: list, path: str, ctx: Ctx) -> None:
     seen: set = set()
     for i, c in enumerate(tscs):
@@ -731,7 +805,7 @@ def pod_spec() -> Node:
             "workloadRef": opaque(),
         },
         defaulter=_default_pod_spec,
-        checks=[_check_containers, _check_pod_spec_misc],
+        checks=[_check_containers, _check_pod_spec_misc, _check_pod_request_totals],
     )
 
 

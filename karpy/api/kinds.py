@@ -76,6 +76,12 @@ def is_namespaced(kind: str) -> bool:
     return bool(info and info.namespaced)
 
 
+def duplicate_object_message(kind: str, namespace: str | None, name: str, where: str) -> str:
+    """The error for a second object of the same kind, namespace and name ("Duplicate value: ...")."""
+    scope = f" in namespace {fmt_value(namespace)}" if is_namespaced(kind) else ""
+    return f"Duplicate value: {fmt_value(name)}: a {kind} of that name{scope} was already given in {where}"
+
+
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import yaml
 
 from ..errors import FieldError, InputError
-from .kinds import BY_KIND, Validated, validate_manifest
+from .kinds import BY_KIND, Validated, _prefixed, duplicate_object_message, is_namespaced, validate_manifest
 
 STDIN_NAME = "<stdin>"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -38,6 +38,7 @@ class Document:
     name: str
     namespace: str | None  # "default" when a namespaced object names none; None for cluster-scoped kinds
     obj: dict
+    prefix: str = ""  # where in its document the object is: "" or, for an item of a List, "items[j]"
 
     @property
     def key(self) -> tuple[str, str | None, str]:
@@ -199,15 +200,45 @@ def _read(path: str) -> str:
     return data.decode("utf-8-sig")
 
 
-def _sources(paths: list[str], stdin_text: str | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+NOT_UTF8 = "not a UTF-8 text file"
+
+
+def _read_stdin() -> bytes | str:
+    """Standard input as bytes (decoded like a file's), or as text where there is no byte stream."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is not None:
+        return stream.read()
+    return sys.stdin.read()
+
+
+def _stdin_text(data: bytes | str) -> str:
+    """Raises UnicodeError when ``data`` is not UTF-8 (or, as text, holds undecodable bytes)."""
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data).decode("utf-8-sig")
+    data.encode("utf-8")  # text read with surrogateescape still carries the bytes that were not UTF-8
+    return data[1:] if data.startswith("\ufeff") else data
+
+
+def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+    """(name, text) of every input, each file once: a file named twice (or given both by itself
+    and in its directory), or "-" given twice, is read the first time only; it holds the same
+    objects, which would otherwise all be duplicates of themselves."""
+    seen: set[str] = set()
     for path in paths:
         if path == "-":
-            if stdin_text is None:
-                try:
-                    stdin_text = sys.stdin.read()
-                except (OSError, UnicodeDecodeError) as e:
-                    errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
-                    continue
+            if "-" in seen:
+                continue
+            seen.add("-")
+            try:
+                if stdin_data is None:
+                    stdin_data = _read_stdin()
+                stdin_text = _stdin_text(stdin_data)
+            except UnicodeError:
+                errors.append(FieldError(STDIN_NAME, None, None, None, "", NOT_UTF8))
+                continue
+            except (OSError, ValueError) as e:
+                errors.append(FieldError(STDIN_NAME, None, None, None, "", f"cannot read standard input: {e}"))
+                continue
             yield STDIN_NAME, stdin_text
             continue
         if os.path.isdir(path):
@@ -224,9 +255,22 @@ def _sources(paths: list[str], stdin_text: str | None, errors: list[FieldError])
             if not files:
                 errors.append(FieldError(path, None, None, None, "", "no *.yaml or *.yml files in this directory"))
             for f in files:
-                yield from _read_file(f, errors)
+                if _first_time(f, seen):
+                    yield from _read_file(f, errors)
             continue
-        yield from _read_file(path, errors)
+        if _first_time(path, seen):
+            yield from _read_file(path, errors)
+
+
+def _first_time(path: str, seen: set[str]) -> bool:
+    try:
+        key = os.path.realpath(path)
+    except (OSError, ValueError):
+        key = path
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
 
 
 def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
@@ -236,7 +280,7 @@ def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]
         errors.append(FieldError(path, None, None, None, "", "no such file or directory"))
         return
     except UnicodeDecodeError:
-        errors.append(FieldError(path, None, None, None, "", "not a UTF-8 text file"))
+        errors.append(FieldError(path, None, None, None, "", NOT_UTF8))
         return
     except OSError as e:
         errors.append(FieldError(path, None, None, None, "", f"cannot read file: {e.strerror or e}"))
@@ -251,7 +295,7 @@ def _field_errors(file: str, index: int, v: Validated) -> list[FieldError]:
     return [FieldError(file, index, v.kind, v.name, f, m) for f, m in v.errors]
 
 
-def _document(file: str, index: int, v: Validated) -> Document:
+def _document(file: str, index: int, v: Validated, prefix: str = "") -> Document:
     return Document(
         file=file,
         index=index,
@@ -260,6 +304,7 @@ def _document(file: str, index: int, v: Validated) -> Document:
         name=v.name or "",
         namespace=v.namespace,
         obj=v.obj,
+        prefix=prefix,
     )
 
 
@@ -335,7 +380,7 @@ def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, pref
     if v.errors:
         result.errors.extend(_field_errors(file, index, v))
         return
-    result.documents.append(_document(file, index, v))
+    result.documents.append(_document(file, index, v, prefix))
 
 
 def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, int, str]]) -> None:
@@ -348,7 +393,7 @@ def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, i
                 index,
                 "Scenario",
                 name,
-                "",
+                "kind",
                 f"Forbidden: at most one Scenario is allowed; Scenario/{first[2]} is defined in {first[0]} "
                 f"document {first[1]}",
             )
@@ -367,17 +412,51 @@ def _cross_document_checks(result: LoadResult, scenarios_seen: list[tuple[str, i
             )
         )
     extra_scenarios = [d for d in scenarios if first is not None and (d.file, d.index) != first[:2]]
-    if extra_scenarios or len(defaults) > 1:
-        bad = {id(d.obj) for d in extra_scenarios + defaults[1:]}
+    duplicates = _duplicates(result)
+    if extra_scenarios or len(defaults) > 1 or duplicates:
+        bad = {id(d.obj) for d in extra_scenarios + defaults[1:] + duplicates}
         result.documents = [d for d in result.documents if id(d.obj) not in bad]
 
 
-def load_documents(paths: list[str], stdin_text: str | None = None) -> LoadResult:
+def _where(d: Document) -> str:
+    return f"{d.file} document {d.index}" + (f" {d.prefix}" if d.prefix else "")
+
+
+def _duplicates(result: LoadResult) -> list[Document]:
+    """Objects that name an object given before them (same kind, namespace and name): errors, as
+    ``kubectl create`` would report AlreadyExists; the first one stays. Returns the duplicates."""
+    first: dict[tuple[str, str | None, str], Document] = {}
+    out: list[Document] = []
+    for d in result.documents:
+        if d.kind == "Scenario" or not d.name:
+            continue  # at most one Scenario is checked above
+        key = (d.kind, d.namespace if is_namespaced(d.kind) else None, d.name)
+        seen = first.get(key)
+        if seen is None:
+            first[key] = d
+            continue
+        out.append(d)
+        result.errors.append(
+            FieldError(
+                d.file,
+                d.index,
+                d.kind,
+                d.name,
+                _prefixed(d.prefix, "metadata.name"),
+                duplicate_object_message(d.kind, d.namespace, d.name, _where(seen)),
+            )
+        )
+    return out
+
+
+def load_documents(paths: list[str], stdin_text: str | bytes | None = None) -> LoadResult:
     """Load, validate and default every manifest in ``paths`` (files, directories, or "-" for stdin).
 
-    Collects every error across every document; documents without errors are
-    returned in input order (files in the given order, a directory's files
-    sorted by name, documents in file order).
+    ``stdin_text`` stands in for standard input (bytes are decoded as a file's
+    are); without it, "-" reads ``sys.stdin`` as bytes. Collects every error
+    across every document; documents without errors are returned in input
+    order (files in the given order, a directory's files sorted by name,
+    documents in file order).
     """
     result = LoadResult()
     scenarios: list[tuple[str, int, str]] = []
@@ -412,18 +491,50 @@ def validate_object(
     """Validate and default one in-memory manifest (e.g. after a Scenario ``patch``).
 
     Works on a JSON-shaped copy; returns the Document, or None and the errors.
-    With ``old`` (the object being replaced), the CRDs' transition rules apply
-    too (static/dynamic NodePool, immutable nodeClassRef group and kind,
-    immutable NodeClaim spec).
+    Never raises: whatever ``obj`` is, the answer is a Document or errors.
+    With ``old`` (the object being replaced), the rules of an update apply too:
+    kind, name and namespace are immutable (as the API server's
+    ValidateObjectMetaUpdate says), and so are the CRDs' transition rules
+    (static/dynamic NodePool, immutable nodeClassRef group and kind, immutable
+    NodeClaim spec).
     """
     result = LoadResult()
-    _load_one(file, index, obj, result)
+    try:
+        data = _to_json(obj, [MAX_VALUES_PER_DOCUMENT])
+    except (_TooBig, _BadValue, RecursionError):
+        _load_one(file, index, obj, result)  # reports it
+        return None, result.errors or [FieldError(file, index, None, None, "", "invalid object")]
+    except Exception as e:  # noqa: BLE001 - not JSON-shaped at all
+        return None, [FieldError(file, index, None, None, "", f"Invalid value: not a manifest: {type(e).__name__}")]
+    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
     if not result.errors and result.documents and old is not None:
-        from .nodepool import transition_errors
-
         d = result.documents[0]
-        for f, m in transition_errors(d.kind, old, d.obj):
-            result.errors.append(FieldError(file, index, d.kind, d.name, f, m))
+        try:
+            problems = _update_errors(d, old)
+        except Exception as e:  # noqa: BLE001 - a malformed ``old`` must not crash the caller
+            problems = [("", f"internal error while validating this update: {type(e).__name__}: {e}")]
+        result.errors.extend(FieldError(file, index, d.kind, d.name, f, m) for f, m in problems)
     if result.errors:
         return None, result.errors
     return (result.documents[0] if result.documents else None), []
+
+
+def _update_errors(new: Document, old: Any) -> list[tuple[str, str]]:
+    from .nodepool import transition_errors
+    from .schema import invalid
+
+    if not isinstance(old, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    if old.get("kind") != new.kind:
+        out.append(("kind", invalid(new.kind, "field is immutable")))
+        return out
+    meta = old.get("metadata") if isinstance(old.get("metadata"), dict) else {}
+    if isinstance(meta.get("name"), str) and meta["name"] != new.name:
+        out.append(("metadata.name", invalid(new.name, "field is immutable")))
+    if is_namespaced(new.kind):
+        old_ns = meta.get("namespace") or "default"
+        if old_ns != new.namespace:
+            out.append(("metadata.namespace", invalid(new.namespace, "field is immutable")))
+    out.extend(transition_errors(new.kind, old, new.obj))
+    return out

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..resources import parse_duration
+from ..resources import DurationRangeError, parse_duration
 from . import names
 from .schema import (
     Ctx,
     Node,
     arr,
     as_dict,
+    check_time_range,
     child,
     int64,
     invalid,
@@ -51,15 +52,15 @@ def validate_annotations(annotations: Any, path: str, ctx: Ctx) -> None:
         ctx.err(path, f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes")
     run_for = annotations.get(ANNOTATION_RUN_FOR)
     if isinstance(run_for, str):
+        detail = 'must be a non-negative duration such as "30s", "10m" or "1h30m"'
         try:
             ok = parse_duration(run_for) >= 0
+        except DurationRangeError as e:
+            ok, detail = False, str(e).split(": ", 1)[-1]
         except ValueError:
             ok = False
         if not ok:
-            ctx.err(
-                child(path, ANNOTATION_RUN_FOR),
-                invalid(run_for, 'must be a non-negative duration such as "30s", "10m" or "1h30m"'),
-            )
+            ctx.err(child(path, ANNOTATION_RUN_FOR), invalid(run_for, detail))
 
 
 def validate_label_name(key: Any, path: str, ctx: Ctx) -> None:
@@ -116,8 +117,9 @@ def _meta_props() -> dict[str, Node]:
         "uid": string(),
         "resourceVersion": string(),
         "generation": int64(),
-        "creationTimestamp": string(),
-        "deletionTimestamp": string(),
+        # metav1.Time: the API server cannot decode anything but an RFC 3339 date-time
+        "creationTimestamp": string(fmt="date-time", checks=[check_time_range]),
+        "deletionTimestamp": string(fmt="date-time", checks=[check_time_range]),
         "deletionGracePeriodSeconds": int64(),
         "labels": string_map(),
         "annotations": string_map(),

@@ -26,13 +26,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..resources import parse_duration, parse_quantity
+from ..resources import INT64_MAX, parse_duration, parse_quantity, quantity_range_error, to_units
 from .meta import object_meta
 from .schema import (
     Ctx,
     Node,
     arr,
     as_dict,
+    check_duration_range,
     boolean,
     child,
     int32,
@@ -160,14 +161,14 @@ def _sysctls() -> Node:
 def _dns_override(vnet: bool) -> Node:
     item = obj(
         {
-            "cacheDuration": string(pattern=DURATION),
+            "cacheDuration": string(pattern=DURATION, checks=[check_duration_range]),
             "forwardDestination": string(enum=("ClusterCoreDNS", "VnetDNS")),
             "forwardPolicy": string(enum=("Sequential", "RoundRobin", "Random")),
             "maxConcurrent": int32(minimum=0),
             "protocol": string(enum=("PreferUDP", "ForceTCP")),
             "queryLogging": string(enum=("Error", "Log")),
             "serveStale": string(enum=("Verify", "Immediate", "Disable")),
-            "serveStaleDuration": string(pattern=DURATION),
+            "serveStaleDuration": string(pattern=DURATION, checks=[check_duration_range]),
             "zone": string(
                 max_len=254,
                 min_len=1,
@@ -321,6 +322,12 @@ EVICTION_SIGNALS = (
     "pid.available",
 )
 RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+# the resource (and so the unit) an eviction threshold's quantity is in, by signal prefix
+_SIGNAL_RESOURCE = {
+    "memory.available": "memory",
+    "nodefs.available": "ephemeral-storage",
+    "imagefs.available": "ephemeral-storage",
+}
 
 
 def _tags_node(max_props: int | None = 20) -> Node:
@@ -551,6 +558,40 @@ _KUBELET_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+INT32_MAX = 2**31 - 1
+
+
+def _check_node_overhead(kc: dict, path: str, ctx: Ctx) -> None:
+    """kubeReserved + systemReserved + the hard eviction threshold are one node overhead, which
+    Karpenter subtracts from the capacity; each resource's total must fit in an int64 as each
+    quantity must (see karpy.resources). Reported at the entry that makes the total too big."""
+    totals: dict[str, int] = {}
+    for field in ("kubeReserved", "systemReserved", "evictionHard"):
+        entries = _string_map(kc, field) or {}
+        for key in sorted(entries):
+            resource = _SIGNAL_RESOURCE.get(key) if field == "evictionHard" else key
+            value = entries[key]
+            if resource is None or resource == "pid" or value.endswith("%"):
+                continue
+            try:
+                units = to_units(resource, value)
+            except ValueError:
+                continue  # not a quantity, or out of range on its own: reported above
+            if units < 0:
+                continue
+            totals[resource] = totals.get(resource, 0) + units
+            if totals[resource] > INT64_MAX:
+                ctx.err(
+                    f"{child(path, field)}[{key}]",
+                    invalid(
+                        value,
+                        f"kubeReserved, systemReserved and evictionHard add up to 2^63 or more for {resource}: "
+                        "Kubernetes quantities are 64-bit integers",
+                    ),
+                )
+                return
+
+
 def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
     for field, types in _KUBELET_TYPES.items():
         if field not in kc:
@@ -605,6 +646,10 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
                 continue
             if q < 0:
                 ctx.err(p, invalid(value, "can't be a negative resource quantity"))
+                continue
+            problem = quantity_range_error(_SIGNAL_RESOURCE.get(key, key), q)
+            if problem:
+                ctx.err(p, invalid(value, problem))
     soft = _string_map(kc, "evictionSoft") or {}
     grace = _string_map(kc, "evictionSoftGracePeriod") or {}
     for s in sorted(soft):
@@ -623,6 +668,14 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
                 ctx.err(p, invalid(key, f"isn't a reservable resource, must be one of {', '.join(RESERVED_RESOURCES)}"))
             if reserved[key].startswith("-"):
                 ctx.err(p, invalid(reserved[key], "can't be a negative resource quantity"))
+                continue
+            try:
+                q = parse_quantity(reserved[key])
+            except ValueError:
+                continue  # an expression (CEL), which karpy ignores as upstream does with NodeClassCEL off
+            problem = quantity_range_error(key, q)
+            if problem:
+                ctx.err(p, invalid(reserved[key], problem))
     for field in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent"):
         v = _int_field(kc, field)
         if v is not None and not 0 <= v <= 100:
@@ -631,6 +684,10 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
         v = _int_field(kc, field)
         if v is not None and v < 0:
             ctx.err(child(path, field), invalid(v, "can't be negative"))
+        elif v is not None and v > INT32_MAX:
+            # the kubelet (and upstream's KubeletConfiguration) hold these in an int32
+            ctx.err(child(path, field), invalid(v, f"must be less than or equal to {INT32_MAX}"))
+    _check_node_overhead(kc, path, ctx)
     hi, lo = _int_field(kc, "imageGCHighThresholdPercent"), _int_field(kc, "imageGCLowThresholdPercent")
     if hi is not None and lo is not None and hi <= lo:
         ctx.err(
@@ -773,7 +830,7 @@ KWOK_NODE_CLASS = obj(
         "apiVersion": string(),
         "kind": string(),
         "metadata": object_meta(),
-        "spec": obj({"nodeRegistrationDelay": string(pattern=DURATION)}, default={}),
+        "spec": obj({"nodeRegistrationDelay": string(pattern=DURATION, checks=[check_duration_range])}, default={}),
         "status": opaque_obj(),
     }
 )

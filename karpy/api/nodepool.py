@@ -35,6 +35,7 @@ from .schema import (
     Ctx,
     Node,
     arr,
+    check_duration_range,
     as_list,
     child,
     fmt_value,
@@ -44,11 +45,13 @@ from .schema import (
     int32,
     int64,
     integer,
+    invalid,
     mapping,
     not_supported,
     obj,
     opaque_obj,
     quantity_map,
+    quantity_value,
     string,
     string_map,
 )
@@ -288,6 +291,14 @@ def _check_budget_schedule(budget: dict, path: str, ctx: Ctx) -> None:
         ctx.err(p, f"Invalid value: {_q(sched)}: invalid cron schedule: {problem}")
 
 
+def _check_limits(limits: dict, path: str, ctx: Ctx) -> None:
+    """A negative limit is nonsense (nothing could ever be launched under it): refused like core's requests."""
+    for name, raw in limits.items():
+        q = quantity_value(raw, ctx.crd)
+        if q is not None and q < 0:
+            ctx.err(child(path, name), invalid(raw, "must be greater than or equal to 0"))
+
+
 def _check_node_class_ref(ref: dict, path: str, ctx: Ctx) -> None:
     group, kind = ref.get("group"), ref.get("kind")
     if not isinstance(group, str) or not group or "/" in group:
@@ -353,19 +364,19 @@ def _requirements(nodepool: bool) -> Node:
 
 def _claim_spec_props(nodepool: bool) -> dict[str, Node]:
     return {
-        "expireAfter": string(default=DEFAULT_EXPIRE_AFTER, pattern=DURATION_OR_NEVER),
+        "expireAfter": string(default=DEFAULT_EXPIRE_AFTER, pattern=DURATION_OR_NEVER, checks=[check_duration_range]),
         "nodeClassRef": _node_class_ref(),
         "requirements": _requirements(nodepool),
         "startupTaints": _taints(),
         "taints": _taints(),
-        "terminationGracePeriod": string(pattern=DURATION),
+        "terminationGracePeriod": string(pattern=DURATION, checks=[check_duration_range]),
     }
 
 
 def _budget() -> Node:
     return obj(
         {
-            "duration": string(pattern=BUDGET_DURATION),
+            "duration": string(pattern=BUDGET_DURATION, checks=[check_duration_range]),
             "nodes": string(default=DEFAULT_BUDGET_NODES, pattern=BUDGET_NODES),
             "reasons": arr(string(enum=DISRUPTION_REASONS), max_items=50, list_type="set"),
             "schedule": string(pattern=SCHEDULE),
@@ -398,12 +409,12 @@ NODEPOOL = obj(
                             max_items=50,
                             item_rules=[(_budget_rule, "'schedule' must be set with 'duration'")],
                         ),
-                        "consolidateAfter": string(default="0s", pattern=DURATION_OR_NEVER),
+                        "consolidateAfter": string(default="0s", pattern=DURATION_OR_NEVER, checks=[check_duration_range]),
                         "consolidationPolicy": string(default="WhenEmptyOrUnderutilized", enum=CONSOLIDATION_POLICIES),
                     },
                     default={"consolidateAfter": "0s"},
                 ),
-                "limits": quantity_map(),
+                "limits": quantity_map(checks=[_check_limits]),
                 "replicas": int64(minimum=0),
                 "template": obj(
                     {

@@ -2,7 +2,7 @@
 
 ```yaml
 spec:
-  start: "2026-01-01T00:00:00Z"   # default
+  start: "2026-01-01T00:00:00Z"   # default; any RFC 3339 date-time, stored in UTC, whole seconds
   region: westeurope               # optional
   settings: {...}                  # operator settings, as upstream's flags
   steps:                           # each step has exactly one action
@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..resources import parse_duration
+from ..resources import DurationRangeError, parse_duration
+from ..timeutil import normalize_rfc3339
 from .core import label_selector, topology_spread_constraints
 from .meta import object_meta
 from .schema import (
@@ -44,6 +45,7 @@ from .schema import (
     arr,
     as_list,
     boolean,
+    check_time_range,
     child,
     forbidden,
     index,
@@ -79,6 +81,9 @@ def _duration_check(allow_zero: bool):
     def check(v: str, path: str, ctx: Ctx) -> None:
         try:
             secs = parse_duration(v)
+        except DurationRangeError as e:
+            ctx.err(path, invalid(v, str(e).split(": ", 1)[-1]))
+            return
         except ValueError:
             ctx.err(path, invalid(v, 'must be a duration such as "30s", "10m" or "1h30m"'))
             return
@@ -175,11 +180,26 @@ def _target(extra: dict[str, Node], kinds: tuple[str, ...] | None, req: tuple[st
 
 
 def _check_apply(items: list, path: str, ctx: Ctx) -> None:
-    from .kinds import validate_manifest
+    """Each manifest is validated as a top-level one would be. Across steps an object may come
+    again (that is an update), but one step may not name the same object twice."""
+    from .kinds import BY_KIND, duplicate_object_message, validate_manifest
 
+    seen: dict[tuple[str, str | None, str], str] = {}
     for i, item in enumerate(items):
-        result = validate_manifest(item, prefix=index(path, i), seed=f"{path}[{i}]", nested=True)
+        p = index(path, i)
+        result = validate_manifest(item, prefix=p, seed=f"{path}[{i}]", nested=True)
         ctx.errors.extend(result.errors)
+        kind, name = result.kind, result.name
+        if kind not in BY_KIND or not isinstance(name, str) or not name:
+            continue
+        key = (kind, result.namespace if BY_KIND[kind].namespaced else None, name)
+        if key in seen:
+            ctx.err(
+                child(child(p, "metadata"), "name"),
+                duplicate_object_message(kind, result.namespace, name, f"{seen[key]} of the same step"),
+            )
+        else:
+            seen[key] = p
 
 
 def _interrupt_defaulter(step: dict, ctx: Ctx) -> None:
@@ -232,6 +252,21 @@ STEP = obj(
 )
 
 
+def _normalize_start(spec: dict, ctx: Ctx) -> None:
+    """``spec.start`` as the API server stores a metav1.Time: RFC 3339 in UTC, whole seconds.
+
+    Every RFC 3339 form is accepted (fractional seconds, ``t``/``z``, numeric
+    offsets); the simulated clock starts at the whole second at or before it,
+    which is all the Output shows (times there have whole seconds).
+    """
+    start = spec.get("start")
+    if isinstance(start, str):
+        try:
+            spec["start"] = normalize_rfc3339(start)
+        except ValueError:
+            pass  # reported by the field's checks
+
+
 def _check_region(v: str, path: str, ctx: Ctx) -> None:
     if not v.strip():
         ctx.err(path, required())
@@ -244,12 +279,13 @@ SCENARIO = obj(
         "metadata": object_meta(),
         "spec": obj(
             {
-                "start": string(default=DEFAULT_START, fmt="date-time"),
+                "start": string(default=DEFAULT_START, fmt="date-time", checks=[check_time_range]),
                 "region": string(checks=[_check_region]),
                 "settings": SETTINGS,
                 "steps": arr(STEP, default=[]),
             },
             default={},
+            defaulter=_normalize_start,
         ),
     }
 )

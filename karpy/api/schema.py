@@ -29,12 +29,15 @@ import json
 import math
 import os
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable, Iterable
 
 from ..resources import parse_quantity as _parse_quantity
+from ..resources import DurationRangeError, parse_duration, quantity_range_error
+from ..timeutil import is_rfc3339 as _is_rfc3339
+from ..timeutil import parse_rfc3339 as _parse_rfc3339
 
 NO_DEFAULT = object()
 
@@ -324,7 +327,52 @@ def string_map(**kw: Any) -> Node:
 
 
 def quantity_map(**kw: Any) -> Node:
+    """A ResourceList: resource name to quantity, each within the int64 range of its unit."""
+    kw["checks"] = (check_quantity_range, *kw.get("checks", ()))
     return mapping(quantity(), **kw)
+
+
+def check_duration_range(v: Any, path: str, ctx: Ctx) -> None:
+    """A duration the field's pattern accepts must also fit in a Go time.Duration (int64 nanoseconds).
+
+    The CRDs only give a pattern; Karpenter then parses the value with time.ParseDuration, which
+    refuses anything longer than 2562047h47m16.854775807s.
+    """
+    if not isinstance(v, str) or v == "Never":
+        return
+    try:
+        parse_duration(v)
+    except DurationRangeError as e:
+        ctx.err(path, invalid(v, str(e).split(": ", 1)[-1]))
+    except ValueError:
+        pass  # not a duration at all: the pattern reports it
+
+
+def quantity_value(v: Any, crd: bool) -> Fraction | None:
+    """The value of a quantity the schema accepts, or None when it is not one (reported elsewhere)."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return None
+    if isinstance(v, float) and (crd or not math.isfinite(v)):
+        return None
+    if crd and isinstance(v, str) and not _CRD_QUANTITY.search(v):
+        return None
+    try:
+        return parse_quantity(v)
+    except ValueError:
+        return None
+
+
+def check_quantity_range(m: Any, path: str, ctx: Ctx) -> None:
+    """Every quantity of a ResourceList must fit in an int64 of its unit (see karpy.resources)."""
+    if not isinstance(m, dict):
+        return
+    for name, raw in m.items():
+        q = quantity_value(raw, ctx.crd)
+        if q is None:
+            continue
+        problem = quantity_range_error(str(name), q)
+        if problem:
+            ctx.err(child(path, str(name)), invalid(raw, problem))
 
 
 # --- the walker -------------------------------------------------------------
@@ -500,7 +548,10 @@ def _check_string(v: str, n: Node, path: str, ctx: Ctx) -> None:
     if n.pattern is not None and not n.pattern.search(v):
         ctx.err(path, f"Invalid value: {fmt_value(v)}: {_bound_msg(ctx, path, 'should match')} '{n.pattern_src}'")
     if n.fmt == "date-time" and not is_rfc3339(v):
-        ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body must be of type date-time: {fmt_value(v)}")
+        if ctx.crd:
+            ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body must be of type date-time: {fmt_value(v)}")
+        else:
+            ctx.err(path, invalid(v, 'must be an RFC 3339 date-time such as "2026-01-01T00:00:00Z"'))
 
 
 def _check_number(v: int | float, n: Node, path: str, ctx: Ctx) -> None:
@@ -527,6 +578,12 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
     if ctx.crd:
         if isinstance(v, str) and not _CRD_QUANTITY.search(v):
             ctx.err(path, f"Invalid value: {fmt_value(v)}: {path} in body should match '{CRD_QUANTITY_PATTERN}'")
+            return
+        try:
+            parse_quantity(v)
+        except ValueError:
+            # the CRD pattern lets "1e1.5" through; Karpenter then cannot decode it as a resource.Quantity
+            ctx.err(path, invalid(v, QUANTITY_REGEX_MSG))
         return
     try:
         q = parse_quantity(v)
@@ -537,38 +594,24 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
         ctx.err(path, invalid(v, f"must be greater than or equal to {n.minimum}"))
 
 
-_RFC3339 = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
-
-
 def is_rfc3339(v: str) -> bool:
-    if not _RFC3339.match(v):
-        return False
+    """The OpenAPI ``date-time`` format: an RFC 3339 date-time (see :mod:`karpy.timeutil`)."""
+    return _is_rfc3339(v)
+
+
+def check_time_range(v: Any, path: str, ctx: Ctx) -> None:
+    """A ``date-time`` karpy reads must name an instant it can represent (years 0001-9999 in UTC)."""
+    if not isinstance(v, str) or not _is_rfc3339(v):
+        return  # the date-time format reports it
     try:
-        s = v.replace("z", "Z").replace("t", "T")
-        s = s[:-1] + "+00:00" if s.endswith("Z") else s
-        if "." in s:
-            head, rest = s.split(".", 1)
-            frac = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]
-            s = head + "." + (frac + "000000")[:6] + rest[len(frac):]
-        datetime.fromisoformat(s.replace(" ", "T"))
-    except ValueError:
-        return False
-    return True
+        _parse_rfc3339(v)
+    except ValueError as e:
+        ctx.err(path, invalid(v, str(e)))
 
 
 def parse_rfc3339(v: str) -> datetime:
-    """Parse an RFC 3339 timestamp ("2026-01-01T00:00:00Z"); raises ValueError."""
-    if not isinstance(v, str) or not is_rfc3339(v):
-        raise ValueError(f"invalid RFC 3339 time {v!r}")
-    s = v.replace("z", "Z").replace("t", "T").replace(" ", "T")
-    s = s[:-1] + "+00:00" if s.endswith("Z") else s
-    if "." in s:
-        head, rest = s.split(".", 1)
-        frac = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]
-        s = head + "." + (frac + "000000")[:6] + rest[len(frac):]
-    return datetime.fromisoformat(s)
+    """Parse an RFC 3339 timestamp ("2026-01-01T00:00:00Z") to an aware UTC datetime; raises ValueError."""
+    return datetime.fromtimestamp(_parse_rfc3339(v), tz=timezone.utc)
 
 
 # --- helpers for checks -----------------------------------------------------
