@@ -8,6 +8,7 @@ quantity that is finer than it can store.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -151,6 +152,23 @@ def to_units(resource: str, value: object) -> int:
 
     Raises ValueError for a value that is not a quantity or does not fit in an int64.
     """
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        key = (resource if resource == CPU else "", value)
+        hit = _UNITS_CACHE.get(key)
+        if hit is not None:
+            return hit
+        units = _to_units(resource, value)
+        if len(_UNITS_CACHE) > 100_000:
+            _UNITS_CACHE.clear()
+        _UNITS_CACHE[key] = units
+        return units
+    return _to_units(resource, value)
+
+
+_UNITS_CACHE: dict[tuple, int] = {}
+
+
+def _to_units(resource: str, value: object) -> int:
     q = parse_quantity(value)
     problem = quantity_range_error(resource, q)
     if problem:
@@ -158,6 +176,7 @@ def to_units(resource: str, value: object) -> int:
     return _units(resource, q)
 
 
+@functools.lru_cache(maxsize=65536)
 def format_units(resource: str, units: int) -> str:
     """Render integer units back as a canonical Kubernetes quantity string."""
     if resource == CPU:

@@ -164,6 +164,18 @@ def all_providers() -> list[CatalogProvider]:
 
 
 def get_provider(name_or_kind_or_group: str) -> CatalogProvider:
+    """See :func:`_get_provider` (results cached per key)."""
+    key = name_or_kind_or_group or ""
+    hit = _PROVIDERS.get(key)
+    if hit is None:
+        hit = _PROVIDERS[key] = _get_provider(key)
+    return hit
+
+
+_PROVIDERS: dict[str, CatalogProvider] = {}
+
+
+def _get_provider(name_or_kind_or_group: str) -> CatalogProvider:
     """The provider for a name ("azure"), NodeClass kind ("AKSNodeClass"), API group
     ("karpenter.azure.com") or apiVersion ("karpenter.azure.com/v1beta1").
 

@@ -225,6 +225,7 @@ class SimulatedCloudProvider:
         self.name = name
         self.ice: dict[tuple[str, str, str], float] = {}
         self.ice_version = 0
+        self._cand_cache: dict[tuple, tuple[Any, list]] = {}
 
     # --- catalogs ----------------------------------------------------------------------------
     def catalog(self, nodeclass_ref: dict | None) -> CatalogProvider:
@@ -286,9 +287,8 @@ class SimulatedCloudProvider:
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
         allowed = reqs.get(LABEL_INSTANCE_TYPE)
         region = self.cloud.region_for(cat)
-        types = [it for it in cat.instance_types(region, nodeclass) if allowed.has(it.name)]
         name = nodeclaim["metadata"]["name"]
-        for cand in launch_candidates(reqs, types, self._unavailable):
+        for cand in self._candidates(cat, region, nodeclass, reqs, allowed):
             it, o = cand.instance_type, cand.offering
             labels = self._labels(nodeclaim, reqs, it, o, cat, region)
             inst = self.cloud.run_instance(nodeclaim, it, o, cat, nodeclass, labels)
@@ -304,6 +304,20 @@ class SimulatedCloudProvider:
                 continue
             return self._as_nodeclaim(nodeclaim, inst)
         raise InsufficientCapacityError("all requested instance types were unavailable during launch")
+
+    def _candidates(self, cat: CatalogProvider, region: str, nodeclass: dict, reqs: Requirements, allowed) -> list:
+        """Launch candidates, remembered for identical requests while no offering's availability changes
+        (NodeClaims computed together often ask for the same instance types)."""
+        key = (cat.name, region, id(nodeclass.get("spec")), reqs.signature(), self.ice_key())
+        hit = self._cand_cache.get(key)
+        if hit is not None and hit[0] is nodeclass.get("spec"):
+            return hit[1]
+        types = [it for it in cat.instance_types(region, nodeclass) if allowed.has(it.name)]
+        cands = launch_candidates(reqs, types, self._unavailable)
+        if len(self._cand_cache) > 2000:
+            self._cand_cache.clear()
+        self._cand_cache[key] = (nodeclass.get("spec"), cands)
+        return cands
 
     @staticmethod
     def _labels(nodeclaim: dict, reqs: Requirements, it: InstanceType, o: Offering, cat: CatalogProvider,

@@ -98,8 +98,12 @@ class Lifecycle:
         mgr.watch("Node", self._on_node)
 
     def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
-        if etype != DELETED:
-            self.env.mgr.enqueue(self, obj["metadata"]["name"])
+        if etype == DELETED:
+            return
+        meta = obj["metadata"]
+        if not meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or ()) and is_true(obj, "Ready"):
+            return  # launched, registered and initialized: nothing left to do until it is deleted
+        self.env.mgr.enqueue(self, meta["name"])
 
     def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
         pid = (obj.get("spec") or {}).get("providerID")

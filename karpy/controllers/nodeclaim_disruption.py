@@ -39,8 +39,11 @@ class NodeClaimDisruption:
             mgr.watch(kind, self._on_nodeclass)
 
     def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
-        if etype != DELETED:
-            self.env.mgr.enqueue(self, obj["metadata"]["name"])
+        if etype == DELETED:
+            return
+        if old is not None and _inputs(old) == _inputs(obj):
+            return  # only what this controller writes (or ignores) changed
+        self.env.mgr.enqueue(self, obj["metadata"]["name"])
 
     def _on_nodepool(self, etype: str, obj: dict, old: dict | None) -> None:
         for name in sorted(self.env.cluster.claims_by_nodepool.get(obj["metadata"]["name"], ())):
@@ -97,6 +100,15 @@ class NodeClaimDisruption:
         if status != (claim.get("status") or {}):
             env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
         return requeue
+
+
+def _inputs(claim: dict) -> tuple:
+    """What the Drifted and Consolidatable conditions depend on, from the NodeClaim itself."""
+    meta = claim["metadata"]
+    status = claim.get("status") or {}
+    return (id(meta.get("labels")), id(meta.get("annotations")), meta.get("deletionTimestamp"),
+            status.get("lastPodEventTime"), is_true(claim, "Launched"), is_true(claim, "Initialized"),
+            id(claim.get("spec")))
 
 
 class PodEvents:

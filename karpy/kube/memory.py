@@ -354,7 +354,8 @@ class MemoryAPI:
             if spec_changed:
                 nm["generation"] = int(om.get("generation", 1)) + 1
         out["metadata"] = nm
-        if _same(out, old):
+        if (subresource == "status" and out.get("status") == old.get("status")) or \
+                (subresource != "status" and _same(out, old)):
             return old  # nothing changed: no new resourceVersion, no event
         out["kind"] = kind
         if kind == "Pod" and subresource is None:

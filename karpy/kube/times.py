@@ -9,10 +9,18 @@ from ..timeutil import MAX_TIME, format_rfc3339, parse_rfc3339
 __all__ = ["MAX_TIME", "fmt_time", "parse_time"]
 
 
+_LAST: list = [None, None]
+
+
 def fmt_time(t: float | None) -> str | None:
     if t is None:
         return None
-    return format_rfc3339(min(t, MAX_TIME))
+    sec = int(min(t, MAX_TIME)) if t >= 0 else t
+    if _LAST[0] == sec:
+        return _LAST[1]
+    out = format_rfc3339(min(t, MAX_TIME))
+    _LAST[0], _LAST[1] = sec, out
+    return out
 
 
 def parse_time(s: str | None) -> float | None:

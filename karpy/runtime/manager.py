@@ -50,6 +50,7 @@ class Manager:
         self.api = api
         self.clock = clock
         self.strict = strict  # re-raise unexpected errors from reconciles (simulations and tests)
+        self.realtime = False  # another thread may wait for work (karpy sandbox, karpy controller)
         self.controllers: list[Controller] = []
         self.store: dict[str, dict[tuple[str, str], dict]] = {}
         self._handlers: dict[str, list[Handler]] = {}
@@ -92,9 +93,10 @@ class Manager:
     def feed(self, etype: str, obj: dict) -> None:
         """A change from the API (write hook or informer thread)."""
         self._feed.append((etype, obj))
-        wake = self.clock.wakeup
-        with wake:
-            wake.notify_all()
+        if self.realtime:
+            wake = self.clock.wakeup
+            with wake:
+                wake.notify_all()
 
     def start(self) -> None:
         """List every watched kind into the store (as ADDED events) and subscribe to changes."""
@@ -150,9 +152,10 @@ class Manager:
             return
         self._queued.add(qk)
         (self._idle if getattr(controller, "idle", False) else self._queue).append((controller, key))
-        wake = self.clock.wakeup
-        with wake:
-            wake.notify_all()
+        if self.realtime:
+            wake = self.clock.wakeup
+            with wake:
+                wake.notify_all()
 
     def requeue_after(self, controller: Controller, key: Any, seconds: float, keepalive: bool = False) -> None:
         """Run ``controller`` for ``key`` again ``seconds`` from now (the earliest request wins)."""

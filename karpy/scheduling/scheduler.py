@@ -443,6 +443,14 @@ class Scheduler:
             _Node(n, *self._node_vectors(n))
             for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable
         ]
+        # free room of every node as one matrix, so a class looks only at nodes it could fit
+        if self.nodes:
+            self._alloc_mat = np.stack([n.alloc for n in self.nodes])
+            self._used_mat = np.stack([n.used for n in self.nodes])
+            for i, n in enumerate(self.nodes):
+                n.used = self._used_mat[i]  # a view: placing pods updates the matrix
+        else:
+            self._alloc_mat = self._used_mat = np.zeros((0, self.nres), dtype=np.int64)
         self._built = True
 
     def _node_vectors(self, n: ExistingNode) -> tuple[np.ndarray, np.ndarray]:
@@ -591,14 +599,24 @@ class Scheduler:
 
     def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
         """Place as many of the class's pods as possible; the failure reason if some remain."""
-        # existing nodes first
-        for node in self.nodes:
+        # existing nodes first (those with room for one pod of the class, in order)
+        if self.nodes and cls.pods:
+            nz = cls.nz_list
+            if nz:
+                room = np.all(self._alloc_mat[:, nz] - self._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
+                order = np.flatnonzero(room)
+            else:
+                order = range(len(self.nodes))
+        else:
+            order = ()
+        for i in order:
+            node = self.nodes[int(i)]
             if not cls.pods:
                 return None
             n, req = self._cap_node(cls, node, len(cls.pods))
             if n > 0:
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
-                node.used = node.used + cls.request_vec * n
+                node.used += cls.request_vec * n
                 if cls.rep.host_ports:
                     node.node.host_ports.update(cls.rep.host_ports)
                 self._record(cls, node, n)

@@ -27,6 +27,19 @@ def _price(x: float) -> str:
     return f"{x:.4f}"
 
 
+TABLE_ROWS = 100  # beyond this many NodeClaims (or disruptions) the table groups (or trims) them
+
+
+def _state(life: ClaimLife) -> str:
+    if not life.launched and life.deleted is not None:
+        return "launch failed"
+    if life.deleted is not None:
+        return f"deleted: {life.reason or 'Deleted'}"
+    if life.deleting is not None:
+        return "deleting"
+    return "ready" if life.initialized else "launching"
+
+
 def _gib(b: int) -> str:
     g = b / 2**30
     return f"{g:.0f}Gi" if abs(g - round(g)) < 0.05 else f"{g:.1f}Gi"
@@ -193,26 +206,42 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     caps = {}
     for c in sim.api.list("NodeClaim")[0]:
         caps[c["metadata"]["name"]] = res.parse_resource_list((c.get("status") or {}).get("capacity"))
-    t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", title_justify="left")
-    for col in ("NAME", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "CPU", "MEMORY", "$/HOUR", "PODS", "STATE"):
-        t.add_column(col, justify="right" if col in ("CPU", "$/HOUR", "PODS") else "left")
-    estimated = False
-    for life in h.claims.values():
-        price = "-"
-        if life.price is not None and life.launched:
-            price = _price(life.price) + ("*" if life.price_estimated else "")
-            estimated |= life.price_estimated
-        launch_failed = not life.launched and life.deleted is not None
-        state = "launch failed" if launch_failed else (
-            f"deleted: {life.reason or 'Deleted'}" if life.deleted is not None else (
-                "deleting" if life.deleting is not None else ("ready" if life.initialized else "launching")))
-        cap = caps.get(life.name) or {}
-        t.add_row(
-            life.name, life.nodepool, life.instance_type or "-", life.capacity_type or "-", life.zone or "-",
-            life.arch or "-", res.format_units(res.CPU, cap[res.CPU]) if res.CPU in cap else "-",
-            _gib(cap[res.MEMORY]) if res.MEMORY in cap else "-", price,
-            str(pods_on.get(life.node or "", 0)) if life.node else "0", state,
-        )
+    claims = list(h.claims.values())
+    grouped = len(claims) > TABLE_ROWS
+    if grouped:
+        # thousands of rows help nobody: one row per kind of NodeClaim (every one is in -o yaml/json)
+        t = Table(title=f"NodeClaims ({s['start']} → {s['end']}): {len(claims)}, grouped", title_justify="left")
+        for col in ("NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "STATE", "COUNT", "$/HOUR EACH", "PODS"):
+            t.add_column(col, justify="right" if col in ("COUNT", "$/HOUR EACH", "PODS") else "left")
+        groups: dict[tuple, list] = {}
+        for life in claims:
+            groups.setdefault((life.nodepool, life.instance_type or "-", life.capacity_type or "-", life.zone or "-",
+                               life.arch or "-", _state(life).split(":")[0]), []).append(life)
+        for key in sorted(groups, key=lambda k: (k[5] != "ready", k)):
+            lives = groups[key]
+            price = lives[0].price
+            pods = sum(pods_on.get(x.node or "", 0) for x in lives if x.node)
+            t.add_row(*key[:5], key[5], str(len(lives)),
+                      (_price(price) + ("*" if lives[0].price_estimated else "")) if price is not None and lives[0].launched else "-",
+                      str(pods))
+        estimated = any(x.price_estimated and x.launched for x in claims)
+    else:
+        t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", title_justify="left")
+        for col in ("NAME", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "CPU", "MEMORY", "$/HOUR", "PODS", "STATE"):
+            t.add_column(col, justify="right" if col in ("CPU", "$/HOUR", "PODS") else "left")
+        estimated = False
+        for life in claims:
+            price = "-"
+            if life.price is not None and life.launched:
+                price = _price(life.price) + ("*" if life.price_estimated else "")
+                estimated |= life.price_estimated
+            cap = caps.get(life.name) or {}
+            t.add_row(
+                life.name, life.nodepool, life.instance_type or "-", life.capacity_type or "-", life.zone or "-",
+                life.arch or "-", res.format_units(res.CPU, cap[res.CPU]) if res.CPU in cap else "-",
+                _gib(cap[res.MEMORY]) if res.MEMORY in cap else "-", price,
+                str(pods_on.get(life.node or "", 0)) if life.node else "0", _state(life),
+            )
     console.print(t)
     live = sum(1 for life in h.claims.values() if life.deleted is None and life.launched)
     console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s)"
@@ -230,11 +259,14 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             pt.add_row(f"{len(names)}: {shown}" if len(names) > 1 else shown, why)
         console.print(pt)
     if h.disruptions:
-        dt = Table(title="Disruptions", title_justify="left")
+        shown = h.disruptions if len(h.disruptions) <= TABLE_ROWS else h.disruptions[-TABLE_ROWS:]
+        title = "Disruptions" if shown is h.disruptions else \
+            f"Disruptions (the last {len(shown)} of {len(h.disruptions)}; -o yaml lists every one)"
+        dt = Table(title=title, title_justify="left")
         for col in ("STARTED", "FINISHED", "REASON", "METHOD", "NODEPOOL", "NODECLAIMS", "REPLACED BY", "BUDGET",
                     "OUTCOME", "$/HOUR BEFORE", "$/HOUR AFTER"):
             dt.add_column(col, justify="right" if col.startswith("$") else "left", overflow="fold")
-        for d in h.disruptions:
+        for d in shown:
             budget = f"{d.budget['disrupting']}/{d.budget['allowed']}" if d.budget else "-"
             dt.add_row(fmt_time(d.started), fmt_time(d.finished) or "-", d.reason, d.method, d.nodepool,
                        ", ".join(d.candidates), ", ".join(d.replacements) or "-", budget, d.outcome,
