@@ -1200,6 +1200,8 @@ def test_scenario_valid_with_defaults():
         "NodeOverlay": False,
         "StaticCapacity": False,
         "CapacityBuffer": False,
+        "CostRefinement": False,
+        "ZonePinning": False,
     }
     assert settings["minValuesPolicy"] == "Strict"
     steps = spec["steps"]

@@ -235,7 +235,7 @@ class TestBinPacking:
     def test_cost_refinement_never_costs_more_than_upstream_packing(self):
         ps = pods(10, cpu="1") + pods(3, cpu="2", memory="5Gi") + pods(4, cpu="300m")
         grown = solve(template(), ps, upstream_packing=True)
-        refined = solve(template(), ps)
+        refined = solve(template(), ps, refine=True)
         assert_all_scheduled(refined, ps)
 
         def cost(r):
@@ -249,7 +249,7 @@ class TestBinPacking:
     def test_cost_refinement_keeps_the_daemon_overhead(self):
         ds = pod("ds", cpu="100m", memory="64Mi")
         ps = [pod(f"small-{i}", cpu="100m", memory="64Mi") for i in range(10)] + [pod("one", cpu="1", memory="64Mi")]
-        r = solve(template(daemons=[ds]), ps)
+        r = solve(template(daemons=[ds]), ps, refine=True)
         assert_all_scheduled(r, ps)
         for c in r.new_nodeclaims:
             expected = res.add(ds.requests, res.total(p.requests for p in c.pods))
@@ -260,7 +260,7 @@ class TestBinPacking:
     def test_cost_refinement_keeps_instance_types_consistent_with_requirements(self):
         types = ladder() + ladder((2, 8), arch="arm64", prefix="arm")
         ps = [pod("w0", cpu="500m", labels={"g": "0"}), pod("w1", cpu="1500m", labels={"g": "0"}, node_selector={LABEL_ARCH: "amd64"})]
-        r = solve(template(types=types, daemons=[pod("ds", cpu="100m")]), ps)
+        r = solve(template(types=types, daemons=[pod("ds", cpu="100m")]), ps, refine=True)
         assert_all_scheduled(r, ps)
         for c in r.new_nodeclaims:
             for it in c.instance_types:

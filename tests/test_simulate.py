@@ -970,9 +970,10 @@ class TestDaemonSets:
         }
 
     def test_daemonset_applied_later_reaches_existing_nodes(self, run):
+        # c-2x nodes hold one 1500m pod each: three nodes exist when the DaemonSet arrives
         out = run(kwok(deployment("web", 3, cpu="1500m"),
-                       scenario([{"advance": "2m"}, {"apply": [daemonset("late", cpu="10m")]}])))
-        assert len(out.nodes) >= 2
+                       scenario([{"advance": "2m"}, {"apply": [daemonset("late", cpu="10m")]}]), cpus=(2,)))
+        assert len(out.nodes) == 3
         on = collections.Counter(p["spec"]["nodeName"] for p in out.of("Pod") if is_daemon(p))
         assert on == {n: 1 for n in out.nodes}
 

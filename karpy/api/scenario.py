@@ -70,6 +70,9 @@ FEATURE_GATE_DEFAULTS = {
     "NodeOverlay": False,
     "StaticCapacity": False,
     "CapacityBuffer": False,
+    # karpy's own improvements on upstream's decisions (docs/feature-gates.md), off by default
+    "CostRefinement": False,
+    "ZonePinning": False,
 }
 
 ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available")

@@ -17,6 +17,10 @@ DEFAULT_FEATURE_GATES = {
     "NodeRepair": False,
     "NodeOverlay": False,
     "StaticCapacity": False,
+    "CapacityBuffer": False,
+    # karpy's own (docs/feature-gates.md): off by default, so decisions are upstream's
+    "CostRefinement": False,
+    "ZonePinning": False,
 }
 
 

@@ -258,7 +258,8 @@ class Provisioner:
         templates, problems, classes = self.templates()
         existing = self.existing()
         self.solves += 1
-        s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort)
+        s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
+                      refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))
         results = s.solve([c.pod_info(e) for e in pods])
         if results.new_nodeclaims:
             env.log.info("found provisionable pod(s)", controller=self.name,

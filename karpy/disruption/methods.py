@@ -155,7 +155,8 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
         destinations.append(e)
     own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     pods = list(snapshot.pending_pods) + leaving + own
-    sched = Scheduler(snapshot.templates, destinations, refine=False, hostname_prefix="disruption-placeholder")
+    sched = Scheduler(snapshot.templates, destinations, refine=False, hostname_prefix="disruption-placeholder",
+                      pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     r = sched.solve(pods)
     pending = {p.key for p in snapshot.pending_pods}
     failed = [k for k in r.errors if k not in pending]

@@ -395,13 +395,15 @@ class Scheduler:
         respect_preferences: bool = True,
         hostname_prefix: str = "hostname-placeholder",
         min_values_best_effort: bool = False,
-        refine: bool = True,
+        refine: bool = False,
+        pin_counted: bool = False,
     ):
         self.templates = sorted(templates, key=lambda t: (-t.weight, t.nodepool))
         self.respect_preferences = respect_preferences
         self.hostname_prefix = hostname_prefix
         self.min_values_best_effort = min_values_best_effort
-        self.refine = refine
+        self.refine = refine  # karpy's CostRefinement feature gate (off: upstream's packing)
+        self.pin_counted = pin_counted  # karpy's ZonePinning feature gate (off: upstream's topology recording)
         self.topology = Topology()
         self._templates_input = list(self.templates)
         self._existing_input = list(existing)
@@ -969,10 +971,11 @@ class Scheduler:
                 k = min(k, 1)
             if len(options) > 1 and key != LABEL_HOSTNAME:
                 narrowed = _pin(narrowed if narrowed is not None else target.req, key, empty[0])
-        # Pods that other pods' zone spreads count must land in a known domain, or the
-        # spread would be judged on counts that miss them: pin the claim to the domain
-        # where they keep that spread most even.
-        for g in cls.selecting():
+        # ZonePinning (a karpy feature gate): pods that other pods' zone spreads count must land in a
+        # known domain, or the spread would be judged on counts that miss them: pin the claim to the
+        # domain where they keep that spread most even. Upstream leaves the domain open (and counts
+        # such pods only once it is known).
+        for g in (cls.selecting() if self.pin_counted else ()):
             if g.kind != SPREAD or g.key == LABEL_HOSTNAME:
                 continue
             options = self._possible(target, g.key, narrowed)
