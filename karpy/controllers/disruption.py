@@ -76,6 +76,7 @@ class Disruption:
         self._ids = itertools.count(1)
         self._last_key: tuple | None = None
         self._key_base: tuple | None = None
+        self._node_states: dict[str, tuple] = {}  # StateNode key -> (what it was built from, NodeState)
         self._types: dict[str, tuple[tuple, dict[str, InstanceType]]] = {}
         self.orchestrator = Orchestrator(self)
         self.started = False
@@ -220,10 +221,26 @@ class Disruption:
             if e is not None and not e.node:
                 nominated_targets.add(target)
         nodes: list[NodeState] = []
-        for sn in sorted(c.nodes.values(), key=_created_order):
+        ordered = sorted(c.nodes.values(), key=_created_order)
+        cache = self._node_states
+        fresh: dict[str, tuple] = {}
+        for sn in ordered:
             if sn.node is None:
                 continue
             if sn.name not in existing:
+                continue
+            leaving = sn.marked or sn.deleting()
+            np = c.nodepools.get(sn.nodepool or "") if sn.claim is not None else None
+            types = self.instance_types(sn.nodepool or "") if sn.claim is not None else None
+            ck = (sn.version, id(sn.claim), id(sn.node), id(existing[sn.name]), sn.key in nominated_targets,
+                  bool(sn.claim_name and sn.claim_name in queued), id(np), id(types))
+            hit = None if leaving else cache.get(sn.key)
+            if hit is not None and hit[0] == ck:
+                st = hit[1]
+                st.consolidatable = _consolidatable(sn, np, now)
+                st.under_consolidate_after = _under_consolidate_after(sn, np, now)
+                fresh[sn.key] = hit
+                nodes.append(st)
                 continue
             pods = []
             for e in sn.pods.values():
@@ -233,7 +250,6 @@ class Disruption:
                 if (sn.marked or sn.deleting()) and target is not None and target != sn.key and c.live_target(target):
                     continue  # already planned on (and counted against) its replacement
                 pods.append(e)
-            np = c.nodepools.get(sn.nodepool or "") if sn.claim is not None else None
             after = ((np or {}).get("spec") or {}).get("disruption", {}).get("consolidateAfter", "0s") if np else None
             st = c.node_state(sn, pods, now, after, sn.key in nominated_targets, bool(sn.claim_name and sn.claim_name in queued),
                               existing[sn.name])
@@ -242,9 +258,12 @@ class Disruption:
             st.price = offering_price(st.instance_type, sn.labels(), st.price)
             st.consolidatable = _consolidatable(sn, np, now)
             st.under_consolidate_after = _under_consolidate_after(sn, np, now)
+            if not leaving:
+                fresh[sn.key] = (ck, st)
             nodes.append(st)
+        self._node_states = fresh
         # launched NodeClaims that have not registered yet are capacity too (never candidates)
-        for sn in sorted(c.nodes.values(), key=_created_order):
+        for sn in ordered:
             if sn.node is not None or sn.claim is None or not sn.launched() or sn.deleting() or sn.name not in existing:
                 continue
             it = self.instance_types(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, ""))

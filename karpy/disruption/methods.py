@@ -31,7 +31,7 @@ from ..cloudprovider.types import (
 )
 from ..scheduling.requirements import IN, Requirement, Requirements
 from ..scheduling.pods import moving
-from ..scheduling.scheduler import NewNodeClaim, Results, Scheduler
+from ..scheduling.scheduler import NewNodeClaim, Prepared, Results, Scheduler
 from .budgets import budget_mapping, blocked_nodepools
 from .candidates import (
     EVENTUAL,
@@ -136,15 +136,15 @@ class Simulation:
 SIMULATIONS = [0]  # scheduling simulations run by the disruption engine in this process (for benchmarks)
 
 
-def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool) -> Simulation:
-    """Where would the candidates' pods go if the candidates were gone?"""
-    SIMULATIONS[0] += 1
-    names = {c.name for c in candidates}
+def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared, list]:
+    """The snapshot's destinations prepared once for all the simulations of a pass."""
+    memo = snapshot.__dict__.setdefault("_prepared", {})
+    hit = memo.get(consolidation)
+    if hit is not None:
+        return hit
     destinations = []
     leaving = []  # pods of nodes already being deleted also need a home
     for n in snapshot.nodes:
-        if n.name in names:
-            continue
         if n.marked_for_deletion or n.terminating:
             leaving.extend(p.info for p in n.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now))
             continue
@@ -153,10 +153,22 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
             # a recently changed node takes pending pods, but not the pods consolidation moves
             e = replace(e, takes_moving=False)
         destinations.append(e)
+    # every pod that may move, for its constraints' topology groups (moving copies share them)
+    placed = [p.info for n in snapshot.nodes for p in n.pods]
+    prep = Prepared(snapshot.templates, destinations, list(snapshot.pending_pods) + leaving + placed)
+    hit = memo[consolidation] = (prep, leaving)
+    return hit
+
+
+def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool) -> Simulation:
+    """Where would the candidates' pods go if the candidates were gone?"""
+    SIMULATIONS[0] += 1
+    names = {c.name for c in candidates}
+    prep, leaving = _prepared(snapshot, consolidation)
     own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     pods = list(snapshot.pending_pods) + leaving + own
-    sched = Scheduler(snapshot.templates, destinations, refine=False, hostname_prefix="disruption-placeholder",
-                      pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
+    sched = Scheduler.from_prepared(prep, exclude=names, hostname_prefix="disruption-placeholder",
+                                    pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     r = sched.solve(pods)
     pending = {p.key for p in snapshot.pending_pods}
     failed = [k for k in r.errors if k not in pending]

@@ -419,7 +419,10 @@ def moving(p: PodInfo) -> PodInfo:
     """The same pod, marked as moved by consolidation (its own scheduling class)."""
     if p.moving:
         return p
-    q = copy_for_relaxation(p)
-    q.moving = True
-    q.class_key = p.class_key + ("moving",)
+    q = p.__dict__.get("_moving")
+    if q is None:
+        q = copy_for_relaxation(p)
+        q.moving = True
+        q.class_key = p.class_key + ("moving",)
+        p.__dict__["_moving"] = q
     return q

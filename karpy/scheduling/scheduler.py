@@ -25,6 +25,7 @@ The engine is pure: no I/O, no clock, deterministic for the same input.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -255,12 +256,15 @@ class _Claim:
 
 
 class _Node:
-    __slots__ = ("node", "alloc", "used")
+    """An existing node in a solve. What the solve places there lives in the solver (row ``row`` of
+    its used matrix, and its ports), so prepared nodes are shared by many solves."""
 
-    def __init__(self, node: ExistingNode, alloc: np.ndarray, used: np.ndarray):
+    __slots__ = ("node", "alloc", "row")
+
+    def __init__(self, node: ExistingNode, alloc: np.ndarray, row: int):
         self.node = node
         self.alloc = alloc
-        self.used = used
+        self.row = row
 
     @property
     def req(self) -> Requirements:
@@ -384,8 +388,84 @@ class _Class:
         return reason
 
 
+class Prepared:
+    """What many simulations over one snapshot share (the disruption engine runs hundreds): the
+    resource index, the templates' arrays, every node's vectors in order, and topology counts of
+    every pod already placed, for groups of every constraint any pod in the snapshot carries.
+
+    :meth:`Scheduler.from_prepared` then costs a copy of the mutable parts, not a rebuild.
+    """
+
+    def __init__(self, templates: Sequence[NodeClaimTemplate], existing: Sequence[ExistingNode],
+                 pods: Sequence[PodInfo], respect_preferences: bool = True):
+        base = Scheduler(templates, existing, respect_preferences=respect_preferences)
+        base._build(list(pods) + [p for n in existing for p in n.bound_pods])
+        topo = base.topology
+        all_pods = list(pods) + [p for n in existing for p in n.bound_pods]
+        seen: set = set()
+        for p in all_pods:
+            k = p.class_key or class_key(p)
+            if k in seen:
+                continue
+            seen.add(k)
+            for c in p.spread:
+                topo.spread_group(p.namespace, c)
+            for t in list(p.affinity) + list(p.preferred_affinity):
+                topo.affinity_group(t)
+            for t in list(p.anti_affinity) + list(p.preferred_anti_affinity):
+                topo.anti_group(t)
+        base._register_existing_topology([])
+        self.base = base
+        self.index = {n.node.name: i for i, n in enumerate(base.nodes)}
+        self.existing = {n.name: n for n in existing}
+
+
 class Scheduler:
     """One scheduling simulation over a snapshot of the cluster."""
+
+    @classmethod
+    def from_prepared(cls, prep: Prepared, exclude: Iterable[str] = (), hostname_prefix: str = "hostname-placeholder",
+                      min_values_best_effort: bool = False, pin_counted: bool = False) -> "Scheduler":
+        """A solve over the prepared snapshot without the nodes in ``exclude`` (and their pods)."""
+        base = prep.base
+        s = cls(base.templates, (), respect_preferences=base.respect_preferences, hostname_prefix=hostname_prefix,
+                min_values_best_effort=min_values_best_effort, refine=False, pin_counted=pin_counted)
+        s.rnames, s.rindex, s.nres = base.rnames, base.rindex, base.nres
+        s.tstates = base.tstates
+        s.remaining = {k: (None if v is None else v.copy()) for k, v in base.remaining.items()}
+        s.remaining_nodes = dict(base.remaining_nodes)
+        gone = [prep.existing[n] for n in exclude if n in prep.existing]
+        gone_names = {n.name for n in gone}
+        s.nodes = [n for n in base.nodes if n.node.name not in gone_names]
+        s._gone = [n for n in base.nodes if n.node.name in gone_names]
+        s._prep = prep
+        s._rows = np.fromiter((n.row for n in s.nodes), dtype=np.int64, count=len(s.nodes))
+        s._alloc_mat = base._alloc_mat
+        s._used_mat = base._used_mat.copy()
+        s._existing_input = [n.node for n in s.nodes]
+        # topology: the prepared counts, less what the excluded nodes held
+        topo = Topology()
+        for ident, g in base.topology.groups.items():
+            c = TopologyGroup(g.kind, g.key, g.namespaces, g.selector, g.max_skew, g.min_domains)
+            c.counts = dict(g.counts)
+            c.owners = dict(g.owners)
+            c.total = g.total
+            topo.groups[ident] = c
+        for n in gone:
+            labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
+            for p in n.bound_pods:
+                for g in topo.selecting(p.namespace, p.labels, p.label_key):
+                    d = labels.get(g.key)
+                    if d is not None:
+                        g.record(d, -1)
+                for t in p.anti_affinity:
+                    g = topo.anti_group(t)
+                    d = labels.get(g.key)
+                    if d is not None:
+                        g.record_owner(d, -1)
+        s.topology = topo
+        s._built = True
+        return s
 
     def __init__(
         self,
@@ -415,6 +495,11 @@ class Scheduler:
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
         self._keys_seen: dict = {}
+        self._ports: dict[int, set] = {}  # host ports placed on existing nodes (by row)
+        self._prep: Prepared | None = None  # a solve made by from_prepared: the shared base
+        self._gone: list[_Node] = []  # prepared nodes this solve leaves out
+        self._universe_parts_cache: dict = {}
+        self._eligible_parts_cache: dict = {}
         self._built = False
 
     def _build(self, pods: Sequence[PodInfo]) -> None:
@@ -441,18 +526,16 @@ class Scheduler:
             t.nodepool: t.remaining["nodes"] for t in self.templates if t.remaining is not None and "nodes" in t.remaining
         }
         # initialized nodes first, then by name, as upstream orders them
-        self.nodes = [
-            _Node(n, *self._node_vectors(n))
-            for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable
-        ]
-        # free room of every node as one matrix, so a class looks only at nodes it could fit
+        ordered = [n for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable]
+        vectors = [self._node_vectors(n) for n in ordered]
+        self.nodes = [_Node(n, v[0], i) for i, (n, v) in enumerate(zip(ordered, vectors))]
+        # allocatable and used of every node as matrices, so a class looks only at nodes it could fit
         if self.nodes:
-            self._alloc_mat = np.stack([n.alloc for n in self.nodes])
-            self._used_mat = np.stack([n.used for n in self.nodes])
-            for i, n in enumerate(self.nodes):
-                n.used = self._used_mat[i]  # a view: placing pods updates the matrix
+            self._alloc_mat = np.stack([v[0] for v in vectors])
+            self._used_mat = np.stack([v[1] for v in vectors])
         else:
             self._alloc_mat = self._used_mat = np.zeros((0, self.nres), dtype=np.int64)
+        self._rows = np.arange(len(self.nodes), dtype=np.int64)
         self._built = True
 
     def _node_vectors(self, n: ExistingNode) -> tuple[np.ndarray, np.ndarray]:
@@ -487,7 +570,7 @@ class Scheduler:
         """Count pods already running (and their anti-affinity terms) into the groups."""
         placements: list[tuple[PodInfo, Mapping[str, str]]] = []
         for n in self._existing_input:
-            labels = _Node(n, None, None).labels  # type: ignore[arg-type]
+            labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
             for p in n.bound_pods:
                 placements.append((p, labels))
         placements.extend(self._bound_elsewhere)
@@ -510,11 +593,29 @@ class Scheduler:
         u = self._universe_cache.get(key)
         if u is not None:
             return u
-        u = set()
+        src = self._prep.base if self._prep is not None else self
+        parts = src._universe_parts_cache.get(key) if self._prep is not None else None
+        if parts is None:
+            parts = src._universe_parts(key)
+            if self._prep is not None:
+                src._universe_parts_cache[key] = parts
+        nodes, templates = parts
+        u = set(templates)
+        if self._gone:
+            gone = Counter(d for d in (n.domain(key) for n in self._gone) if d is not None)
+            u.update(d for d, c in nodes.items() if c > gone.get(d, 0))
+        else:
+            u.update(nodes)
+        self._universe_cache[key] = u
+        return u
+
+    def _universe_parts(self, key: str) -> tuple[Counter, set[str]]:
+        nodes: Counter = Counter()
         for n in self.nodes:
             v = n.domain(key)
             if v is not None:
-                u.add(v)
+                nodes[v] += 1
+        u: set[str] = set()
         for ts in self.tstates:
             r = ts.tpl.requirements.get(key)
             if key == LABEL_ZONE:
@@ -525,13 +626,14 @@ class Scheduler:
                 u.update(it.labels[key] for it in ts.types if key in it.labels and r.has(it.labels[key]))
             elif not r.complement:
                 u.update(r.values)
-        self._universe_cache[key] = u
-        return u
+        return nodes, u
 
     # --- the solve -----------------------------------------------------------------
     def solve(self, pods: Iterable[PodInfo]) -> Results:
         pods = list(pods)
-        self._build(pods)
+        prepared = self._built
+        if not prepared:
+            self._build(pods)
         groups: dict[tuple, list[PodInfo]] = {}
         order: list[tuple] = []
         for p in pods:
@@ -543,7 +645,8 @@ class Scheduler:
             lst.append(p)
         classes = [_Class(groups[k], self) for k in order]
         # register every constraint before counting anything, so each pod is recorded into all groups
-        self._register_existing_topology(classes)
+        if not prepared:
+            self._register_existing_topology(classes)
         # Largest first, as upstream; but pods that each need a node of their own (required
         # hostname anti-affinity against themselves) go first, so the nodes they force into
         # existence are there for everything else to pack onto.
@@ -605,7 +708,8 @@ class Scheduler:
         if self.nodes and cls.pods:
             nz = cls.nz_list
             if nz:
-                room = np.all(self._alloc_mat[:, nz] - self._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
+                rows = self._rows
+                room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
                 order = np.flatnonzero(room)
             else:
                 order = range(len(self.nodes))
@@ -618,9 +722,12 @@ class Scheduler:
             n, req = self._cap_node(cls, node, len(cls.pods))
             if n > 0:
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
-                node.used += cls.request_vec * n
+                self._used_mat[node.row] += cls.request_vec * n
                 if cls.rep.host_ports:
-                    node.node.host_ports.update(cls.rep.host_ports)
+                    ports = self._ports.get(node.row)
+                    if ports is None:
+                        ports = self._ports[node.row] = set(node.node.host_ports)
+                    ports.update(cls.rep.host_ports)
                 self._record(cls, node, n)
                 placed_existing.setdefault(node.node.name, []).extend(taken)
         # then the NodeClaims this solve opened
@@ -650,9 +757,9 @@ class Scheduler:
             return 0, None
         if len(cls.reqs) and not cls.reqs.satisfied_by_labels(node.labels):
             return 0, None  # a node has every label it will ever have
-        if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, node.node.host_ports):
+        if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, self._ports.get(node.row, node.node.host_ports)):
             return 0, None
-        avail = node.alloc - node.used
+        avail = node.alloc - self._used_mat[node.row]
         k = want
         for j in cls.nz_list:
             q = int(avail[j]) // int(cls.request_vec[j])
@@ -868,16 +975,39 @@ class Scheduler:
         hit = self._eligible_cache.get(ck)
         if hit is not None:
             return hit
-        out: set[str] = set()
+        src = self._prep.base if self._prep is not None else self
+        parts = src._eligible_parts_cache.get(ck) if self._prep is not None else None
+        if parts is None:
+            parts = src._eligible_parts(key, strict, tolerations)
+            if self._prep is not None:
+                src._eligible_parts_cache[ck] = parts
+        nodes, templates = parts
+        out = set(templates)
+        if self._gone:
+            gone = Counter(d for n in self._gone if (d := n.domain(key)) is not None and self._eligible_node(n, strict, tolerations))
+            out.update(d for d, c in nodes.items() if c > gone.get(d, 0))
+        else:
+            out.update(nodes)
+        result = sorted(out)
+        self._eligible_cache[ck] = result
+        return result
+
+    @staticmethod
+    def _eligible_node(n: "_Node", strict: Requirements, tolerations) -> bool:
+        if tolerations is not None and tolerates_all(tolerations, [t for t in n.node.taints if t.effect != "PreferNoSchedule"]) is not None:
+            return False
+        if len(strict) and not strict.satisfied_by_labels({**n.node.labels, LABEL_HOSTNAME: n.hostname}):
+            return False
+        return True
+
+    def _eligible_parts(self, key: str, strict: Requirements, tolerations) -> tuple[Counter, set[str]]:
+        nodes: Counter = Counter()
         for n in self.nodes:
             v = n.domain(key)
-            if v is None:
+            if v is None or not self._eligible_node(n, strict, tolerations):
                 continue
-            if tolerations is not None and tolerates_all(tolerations, [t for t in n.node.taints if t.effect != "PreferNoSchedule"]) is not None:
-                continue
-            if len(strict) and not strict.satisfied_by_labels({**n.node.labels, LABEL_HOSTNAME: n.hostname}):
-                continue
-            out.add(v)
+            nodes[v] += 1
+        out: set[str] = set()
         for ts in self.tstates:
             tpl = ts.tpl
             if tolerations is not None and tolerates_all(tolerations, [t for t in tpl.taints if t.effect != "PreferNoSchedule"]) is not None:
@@ -898,9 +1028,7 @@ class Scheduler:
                 out.update(it.labels[key] for it in types if key in it.labels and r.has(it.labels[key]))
             elif not r.complement:
                 out.update(r.values)
-        result = sorted(out)
-        self._eligible_cache[ck] = result
-        return result
+        return nodes, out
 
     def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None) -> tuple[int, Requirements | None]:
         """How many of the class the target can take under topology rules, and the narrowed requirements."""
