@@ -43,6 +43,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         _fail_input([f"--until: Invalid value: \"{until}\": must be a non-negative duration"])
     if region is not None and not region.strip():
         _fail_input([f"--region: Invalid value: {json.dumps(region)}: must not be empty"])
+    _tune_gc()
     try:
         loaded = load_documents(list(paths))  # reads "-" from standard input, as bytes
     except Exception:  # the loader reports bad input itself; anything else is ours
@@ -57,7 +58,6 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         from .simulator.output import render_json, render_table, render_yaml
         from .simulator.sim import Simulation
 
-        _tune_gc()
         sim = Simulation(loaded.documents, region=region, until=until_s)
         sim.run()
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)

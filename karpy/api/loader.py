@@ -96,6 +96,88 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
                 seen[k] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_document(self, node: Any) -> Any:
+        """Plain documents (maps, lists, strings, numbers, booleans, nulls, anchors) are built by a tight
+        walk of the node tree; anything else (tags, merge keys, sets, binary) by PyYAML's constructor."""
+        self._budget = MAX_VALUES_PER_DOCUMENT
+        try:
+            return _CleanDocument(self._fast(node, set()))
+        except _Fallback:
+            return super().construct_document(node)
+
+    def _fast(self, node: Any, seen: set[int]) -> Any:
+        # the result is already what _to_json makes of a document: a fresh JSON-shaped tree
+        if id(node) in seen:
+            raise _Fallback()  # an alias: the slow path expands it within the value budget
+        self._budget -= 1
+        if self._budget < 0:
+            raise _Fallback()
+        cls = node.__class__
+        if cls is yaml.ScalarNode:
+            tag = node.tag
+            if tag == _STR:
+                return node.value
+            if tag == _INT:
+                return self.construct_yaml_int(node)
+            if tag == _BOOL:
+                return self.construct_yaml_bool(node)
+            if tag == _NULL:
+                return None
+            if tag == _FLOAT:
+                f = self.construct_yaml_float(node)
+                if not math.isfinite(f):
+                    raise _Fallback()
+                return f
+            raise _Fallback()
+        if cls is yaml.MappingNode:
+            if node.tag != _MAP:
+                raise _Fallback()
+            out: dict = {}
+            seen.add(id(node))
+            lines: dict = {}
+            for key_node, value_node in node.value:
+                if key_node.__class__ is not yaml.ScalarNode or key_node.tag == _MERGE:
+                    raise _Fallback()
+                k = self._fast(key_node, seen)
+                if not isinstance(k, str):
+                    k = _key_str(k)
+                if k in lines:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f'mapping key "{key_node.value}" already defined at line {lines[k] + 1}', key_node.start_mark)
+                lines[k] = key_node.start_mark.line
+                out[k] = self._fast(value_node, seen)
+            return out
+        if cls is yaml.SequenceNode:
+            if node.tag != _SEQ:
+                raise _Fallback()
+            seen.add(id(node))
+            return [self._fast(v, seen) for v in node.value]
+        raise _Fallback()
+
+
+class _Fallback(Exception):
+    pass
+
+
+class _CleanDocument:
+    """A document the fast constructor built: already JSON-shaped, nothing to copy."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_FLOAT = "tag:yaml.org,2002:float"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
+
 
 _Loader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
@@ -336,10 +418,11 @@ def _scenario_name(raw: Any) -> str | None:
     return None
 
 
-def _load_one(file: str, index: int, raw: Any, result: LoadResult) -> None:
+def _load_one(file: str, index: int, raw: Any, result: LoadResult, clean: bool = False) -> None:
+    """``clean``: ``raw`` came from the fast YAML constructor, already JSON-shaped and fresh."""
     budget = [MAX_VALUES_PER_DOCUMENT]
     try:
-        data = _to_json(raw, budget)
+        data = raw if clean else _to_json(raw, budget)
     except _TooBig:
         result.errors.append(FieldError(file, index, None, None, "", "the document is too large (YAML aliases expand too much)"))
         return
@@ -468,12 +551,15 @@ def load_documents(paths: list[str], stdin_text: str | bytes | None = None) -> L
 
 def _load_text_into(text: str, file: str, result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
     for index, raw in _parse(text, file, result.errors):
+        clean = isinstance(raw, _CleanDocument)
+        if clean:
+            raw = raw.value
         if raw is None:
             continue
         sname = _scenario_name(raw)
         if sname is not None:
             scenarios.append((file, index, sname))
-        _load_one(file, index, raw, result)
+        _load_one(file, index, raw, result, clean=clean)
 
 
 def load_text(text: str, file: str = STDIN_NAME) -> LoadResult:

@@ -344,8 +344,9 @@ class Provisioner:
         name = created["metadata"]["name"]
         types = [it.name for it in nc.instance_types]
         shown = ", ".join(types[:5]) + (f" and {len(types) - 5} other(s)" if len(types) > 5 else "")
-        env.log.info("created nodeclaim", controller=self.name, NodePool={"name": name_np}, NodeClaim={"name": name},
-                     requests=res.format_resource_list(nc.requests), **{"instance-types": shown}, reason=reason)
+        if env.log.wants("info", "created nodeclaim"):
+            env.log.info("created nodeclaim", controller=self.name, NodePool={"name": name_np}, NodeClaim={"name": name},
+                         requests=res.format_resource_list(nc.requests), **{"instance-types": shown}, reason=reason)
         env.recorder.publish(ref(created), "Created",
                              f"created nodeclaim for {len(nc.pods)} pod(s), requests {_fmt_requests(nc.requests)}, "
                              f"instance-types {shown}")

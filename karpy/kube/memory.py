@@ -136,7 +136,7 @@ class MemoryWatch:
 class MemoryAPI:
     """The store. ``clock`` gives the time for timestamps (``now() -> float`` seconds since the epoch)."""
 
-    def __init__(self, clock: Any = None, names: NameGenerator | None = None):
+    def __init__(self, clock: Any = None, names: NameGenerator | None = None, history: bool = True):
         self.clock = clock or _Clock()
         self.names = names or NameGenerator()
         self._lock = threading.RLock()
@@ -150,6 +150,8 @@ class MemoryAPI:
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self.write_hooks: list[Callable[[str, dict, dict | None], None]] = []  # (type, obj, old) after every write
         self.evicted_uids: set[str] = set()  # pods the Eviction API deleted (until someone takes note)
+        self.keep_history = history  # off when no client will resume a watch (karpy simulate)
+        self._event_seq = 0
 
     # --- reading -----------------------------------------------------------------------------
     @property
@@ -223,18 +225,27 @@ class MemoryAPI:
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-8{h[17:20]}-{h[20:32]}"
 
     def _emit(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
-        rv = int(_meta(obj).get("resourceVersion") or self._rv)
-        hist = self._history.get(kind)
-        if hist is None:
-            hist = self._history[kind] = deque()
-        hist.append((rv, etype, obj, old))
-        if len(hist) > HISTORY:
-            dropped = hist.popleft()
-            self._history_floor[kind] = dropped[0]
-        for w in self._watchers.get(kind, ()):
-            w._offer(etype, obj, old)
+        if self.keep_history:
+            rv = int(_meta(obj).get("resourceVersion") or self._rv)
+            hist = self._history.get(kind)
+            if hist is None:
+                hist = self._history[kind] = deque()
+            hist.append((rv, etype, obj, old))
+            if len(hist) > HISTORY:
+                dropped = hist.popleft()
+                self._history_floor[kind] = dropped[0]
+        watchers = self._watchers.get(kind)
+        if watchers:
+            for w in watchers:
+                w._offer(etype, obj, old)
         for hook in self.write_hooks:
             hook(etype, obj, old)
+
+    def event_name(self, involved: str) -> str:
+        """A unique Event name, ``<involved object>.<hex sequence>`` (Kubernetes uses a hex timestamp)."""
+        with self._lock:
+            self._event_seq += 1
+            return f"{involved}.{self._event_seq:x}"
 
     def create(self, obj: dict, namespace: str | None = None) -> dict:
         kind = obj.get("kind")
@@ -364,7 +375,8 @@ class MemoryAPI:
             return self._remove(kind, ns, name, old, out)
         nm["resourceVersion"] = str(self._next_rv())
         self._objects[kind][(ns, name)] = out
-        self._index_owners(kind, ns, name, old, out)
+        if om.get("ownerReferences") is not nm.get("ownerReferences"):
+            self._index_owners(kind, ns, name, old, out)
         self._emit(kind, MODIFIED, out, old)
         return out
 

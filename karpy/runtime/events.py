@@ -62,7 +62,10 @@ class Recorder:
                 return
             self._seen[key] = now
         ns = involved.get("namespace") or "default"
-        meta: dict[str, Any] = {"generateName": f"{involved.get('name', 'event')}.", "namespace": ns}
+        namer = getattr(self.api, "event_name", None)
+        base = involved.get("name", "event")
+        meta: dict[str, Any] = {"name": namer(base), "namespace": ns} if namer is not None else \
+            {"generateName": f"{base}.", "namespace": ns}
         if annotations:
             meta["annotations"] = dict(annotations)
         ts = fmt_time(now)

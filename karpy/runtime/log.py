@@ -27,10 +27,17 @@ class Logger:
         self.records: list[dict] = []
         self.logger = logger
         self.listeners: list[Callable[[dict], None]] = []
+        self.listen_for: set[str] | None = None  # messages the listeners want (None: every one)
+
+    def wants(self, level: str, message: str) -> bool:
+        """Would a record at this level with this message go anywhere? (Callers may skip building it.)"""
+        if LEVELS.get(level, 20) >= self.level:
+            return True
+        return bool(self.listeners) and (self.listen_for is None or message in self.listen_for)
 
     def log(self, level: str, message: str, controller: str = "", **values: Any) -> None:
         lv = LEVELS.get(level, 20)
-        if lv < self.level and not self.listeners:
+        if lv < self.level and not (self.listeners and (self.listen_for is None or message in self.listen_for)):
             return
         rec: dict[str, Any] = {"level": level.upper(), "time": fmt_time(self.clock.now()), "logger": self.logger,
                                "message": message}

@@ -111,9 +111,14 @@ class Manager:
                     self._feed.append((ADDED, obj))
             watched = set(self._handlers)
 
+            feed = self._feed
+
             def hook(etype: str, obj: dict, old: dict | None) -> None:
                 if obj.get("kind") in watched:
-                    self.feed(etype, obj)
+                    if self.realtime:
+                        self.feed(etype, obj)
+                    else:
+                        feed.append((etype, obj))
 
             hooks.append(hook)
             self.synced.set()

@@ -53,6 +53,9 @@ class DisruptionRecord:
 
 class History:
     name = "world.history"
+    # Karpenter's log records a report is built from
+    LOG_MESSAGES = ("disrupting node(s)", "command succeeded", "failed terminating nodes while executing a disruption command",
+                    "deleting expired nodeclaim", "initiating delete from interruption message")
 
     def __init__(self, mgr: Manager, clock: Any, exact_price: Any = None):
         self.mgr = mgr

@@ -55,7 +55,8 @@ _BIG = np.iinfo(np.int64).max // 4
 class _Group:
     """Pods matching (namespaces, selector), counted per node and per domain of one key."""
 
-    __slots__ = ("key", "namespaces", "selector", "by_node", "by_domain", "hist", "total", "_sel_cache", "_min")
+    __slots__ = ("key", "namespaces", "selector", "by_node", "by_domain", "hist", "total", "_sel_cache", "_min",
+                 "by_slot")
 
     def __init__(self, key: str, namespaces: frozenset[str] | None, selector: LabelSelector):
         self.key = key
@@ -67,6 +68,7 @@ class _Group:
         self.total = 0
         self._sel_cache: dict[tuple, bool] = {}
         self._min: int | None = None
+        self.by_slot = np.zeros(64, dtype=np.int64)  # matching pods per node slot (for vectorised filters)
 
     def selects(self, info: PodInfo) -> bool:
         lk = info.label_key
@@ -78,9 +80,14 @@ class _Group:
             self._sel_cache[lk] = hit
         return hit
 
-    def bump(self, node: str, domain: str | None, delta: int, domain_present: bool) -> None:
+    def bump(self, node: str, domain: str | None, delta: int, domain_present: bool, slot: int = -1) -> None:
         self.by_node[node] += delta
         self.total += delta
+        if slot >= 0:
+            if slot >= len(self.by_slot):
+                self.by_slot = np.concatenate([self.by_slot, np.zeros(max(64, slot + 1 - len(self.by_slot), len(self.by_slot)),
+                                                                      dtype=np.int64)])
+            self.by_slot[slot] += delta
         if domain is None:
             return
         if domain_present:
@@ -158,6 +165,8 @@ class KubeScheduler:
         self.nom_order: dict[str, int] = {}  # the order Karpenter nominated pods in
         self._nom_seq = 0
         self.dirty: set[str] = set()  # nodes that changed since parked pods were last tried
+        self.nodes_version = 0  # nodes added, removed or relabelled
+        self._dom_arrays: dict[str, tuple[int, np.ndarray, dict[str, int]]] = {}
         self.wake_topo = False
         self.binds = 0
 
@@ -179,6 +188,74 @@ class KubeScheduler:
                 self._free = np.vstack([self._free, np.zeros((grow, 3), dtype=np.int64)])
                 self._usable = np.concatenate([self._usable, np.zeros(grow, dtype=bool)])
         return n
+
+    def _domain_ids(self, key: str) -> tuple[np.ndarray, dict[str, int]]:
+        """Per node slot, the id of its ``key`` domain (-1 without the label)."""
+        hit = self._dom_arrays.get(key)
+        if hit is not None and hit[0] == self.nodes_version and len(hit[1]) == len(self._usable):
+            return hit[1], hit[2]
+        ids: dict[str, int] = {}
+        arr = np.full(len(self._usable), -1, dtype=np.int64)
+        for n in self.nodes.values():
+            d = n.labels.get(key)
+            if d is not None:
+                arr[n.slot] = ids.setdefault(d, len(ids))
+        self._dom_arrays[key] = (self.nodes_version, arr, ids)
+        return arr, ids
+
+    def _domain_mask(self, key: str, domains) -> np.ndarray:
+        arr, ids = self._domain_ids(key)
+        wanted = [ids[d] for d in domains if d in ids]
+        if not wanted:
+            return np.zeros(len(arr), dtype=bool)
+        return np.isin(arr, np.array(wanted, dtype=np.int64))
+
+    def _slot_counts(self, g: "_Group") -> np.ndarray:
+        n = len(self._usable)
+        if len(g.by_slot) < n:
+            g.by_slot = np.concatenate([g.by_slot, np.zeros(n - len(g.by_slot), dtype=np.int64)])
+        return g.by_slot[:n]
+
+    def _topology_mask(self, info: PodInfo) -> np.ndarray | None:
+        """Nodes whose domains pass the pod's spreads and pod (anti-)affinities, computed for all nodes at
+        once from the per-domain counts (a superset check: survivors are still checked one by one)."""
+        mask = None
+
+        def narrow(m: np.ndarray) -> None:
+            nonlocal mask
+            mask = m if mask is None else (mask & m)
+
+        for c in info.spread:
+            if c.when_unsatisfiable != DO_NOT_SCHEDULE:
+                continue
+            restricted = (c.node_affinity_policy != "Ignore" and (info.node_selector.keys() or info.required_terms)) \
+                or c.node_taints_policy == "Honor"
+            if restricted:
+                continue
+            key = c.topology_key
+            g = self._group(self.groups, key, frozenset((info.namespace,)), c.selector)
+            self_match = 1 if g.selects(info) else 0
+            low = g.minimum()
+            if c.min_domains is not None and len(self.domains.get(key, ())) < c.min_domains:
+                low = 0
+            room = c.max_skew + low - self_match
+            if key == "kubernetes.io/hostname":
+                arr, _ = self._domain_ids(key)
+                narrow((self._slot_counts(g) <= room) & (arr >= 0))
+            else:
+                narrow(self._domain_mask(key, [d for d in self.domains.get(key, ()) if g.by_domain.get(d, 0) <= room]))
+        for t in info.anti_affinity:
+            g = self._group(self.groups, t.topology_key, t.namespaces, t.selector)
+            if g.total > 0:
+                narrow(~self._domain_mask(t.topology_key, [d for d, c in g.by_domain.items() if c > 0]))
+        for g in self.owner_groups.values():
+            if g.total > 0 and g.selects(info):
+                narrow(~self._domain_mask(g.key, [d for d, c in g.by_domain.items() if c > 0]))
+        for t in info.affinity:
+            g = self._group(self.groups, t.topology_key, t.namespaces, t.selector)
+            if g.total > 0:
+                narrow(self._domain_mask(t.topology_key, [d for d, c in g.by_domain.items() if c > 0]))
+        return mask
 
     def _set_domains(self, n: _Node, labels: dict[str, str], delta: int) -> None:
         for key, d in labels.items():
@@ -204,6 +281,7 @@ class KubeScheduler:
                 self._unbind_accounting(key)
             self._set_domains(n, n.labels, -1)
             del self.nodes[name]
+            self.nodes_version += 1
             self._usable[n.slot] = False
             self.slots[n.slot] = None
             self._wake_topological()
@@ -212,6 +290,7 @@ class KubeScheduler:
         n = self._slot(name)
         labels = dict(obj["metadata"].get("labels") or {})
         if labels != n.labels:
+            self.nodes_version += 1
             self._set_domains(n, n.labels, -1)
             self._set_domains(n, labels, +1)
             # placed pods move domains with their node
@@ -401,12 +480,12 @@ class KubeScheduler:
                 if table is self.groups:
                     if g.selects(info):
                         d = n.labels.get(key)
-                        g.bump(node, d, +1, d is not None and d in self.domains.get(key, {}))
+                        g.bump(node, d, +1, d is not None and d in self.domains.get(key, {}), n.slot)
                 else:
                     for t in info.anti_affinity:
                         if (t.topology_key, t.namespaces, t.selector.sig) == gk:
                             d = n.labels.get(key)
-                            g.bump(node, d, +1, d is not None and d in self.domains.get(key, {}))
+                            g.bump(node, d, +1, d is not None and d in self.domains.get(key, {}), n.slot)
         return g
 
     def _account(self, key: str, info: PodInfo, n: _Node, delta: int, labels: dict | None = None) -> None:
@@ -414,14 +493,14 @@ class KubeScheduler:
         for g in self.groups.values():
             if g.selects(info):
                 d = labels.get(g.key)
-                g.bump(n.name, d, delta, d is not None and d in self.domains.get(g.key, {}))
+                g.bump(n.name, d, delta, d is not None and d in self.domains.get(g.key, {}), n.slot)
         for t in info.anti_affinity:
             g = self._group(self.owner_groups, t.topology_key, t.namespaces, t.selector) if delta > 0 else \
                 self.owner_groups.get((t.topology_key, t.namespaces, t.selector.sig))
             if g is None:
                 continue
             d = labels.get(t.topology_key)
-            g.bump(n.name, d, delta, d is not None and d in self.domains.get(t.topology_key, {}))
+            g.bump(n.name, d, delta, d is not None and d in self.domains.get(t.topology_key, {}), n.slot)
 
     def _bind_accounting(self, key: str, info: PodInfo, n: _Node) -> None:
         # register the pod's anti-affinity groups before counting it, so it is counted once
@@ -640,6 +719,10 @@ class KubeScheduler:
         r = info.requests
         f = self._free
         mask = self._usable & (f[:, 0] >= r.get(res.CPU, 0)) & (f[:, 1] >= r.get(res.MEMORY, 0)) & (f[:, 2] >= 1)
+        if not pure and mask.any():
+            tm = self._topology_mask(info)
+            if tm is not None:
+                mask &= tm[: len(mask)]
         for slot in np.flatnonzero(mask):
             n = self.slots[int(slot)]
             if n is not None and self._fits(info, n) and self._static_ok(info, n) and self._topology_ok(info, n):

@@ -89,7 +89,7 @@ class Simulation:
             min_values_policy=settings.get("minValuesPolicy") or "Strict",
         )
         self.clock = SimClock(self.start)
-        self.api = MemoryAPI(self.clock)
+        self.api = MemoryAPI(self.clock, history=False)
         self.mgr = Manager(self.api, self.clock, strict=True)
         self.cloud = SimulatedCloud(self.api, self.clock, region=region or spec.get("region"))
         self.log = Logger(self.clock, level="error")
@@ -99,6 +99,7 @@ class Simulation:
                                           log=self.log, recorder=self.recorder)
         self.world = World(self.mgr, self.api, self.clock, self.cloud, self.karpenter.cluster.compiler)
         self.log.listeners.append(self.world.history.on_log)
+        self.log.listen_for = set(History.LOG_MESSAGES)
         self.mgr.start()
 
     def _nodeclass(self, kind: str, name: str) -> dict | None:

@@ -299,7 +299,13 @@ class Cluster:
             self.version += 1
             self.pods_version += 1
             return
-        e = PodEntry(obj, key, self.compiler.compile(obj))
+        if prev is not None and prev.obj.get("spec") is obj.get("spec") and \
+                (prev.obj.get("metadata") or {}).get("labels") is (obj.get("metadata") or {}).get("labels"):
+            info = prev.info  # a status change: what the engine reads is the same
+            info.obj = obj  # type: ignore[assignment]
+        else:
+            info = self.compiler.compile(obj)
+        e = PodEntry(obj, key, info)
         self.pods[key] = e
         if e.node:
             self.pods_by_node.setdefault(e.node, set()).add(key)
