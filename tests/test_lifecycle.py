@@ -28,6 +28,7 @@ import collections
 import json
 import math
 import re
+from karpy.controllers.termination import DEFAULT_POD_GRACE, MIN_DRAIN_TIME
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -59,6 +60,8 @@ VOLUNTARY = ("Empty", "Underutilized", "Drifted")
 VOLUNTARY_START = {"ConsolidationCandidate", "DisruptionStarted", "DisruptionTerminating"}
 FORCEFUL_START = {"Expired", "SpotInterrupted", "InstanceTerminating", "TerminatingOnInterruption"}
 CONTROL_EVENTS = VOLUNTARY_START | FORCEFUL_START
+# blocked pods are deleted their own terminationGracePeriodSeconds (30 s by default) ahead of the node's deadline
+POD_GRACE = DEFAULT_POD_GRACE
 MINUTE = 60.0
 # Generated names are deterministic: the first NodeClaim of NodePool "default" (and, on kwok, its Node)
 FIRST = "default-g8dxj"
@@ -585,15 +588,16 @@ class TestBudgets:
         assert budget_violations(out, static_budgets({"default": budgets})) == []
 
     def test_nodes_deleted_by_expiration_count_against_the_budget(self):
-        # budget 1: a node expires at 30m01 and drains until 40m01 (a do-not-disrupt pod, 10m grace);
-        # another node empties at 32m but may only go once the expired one is gone
+        # budget 1: a node expires at 30m01 and drains until 40m01 (a do-not-disrupt pod, 10m grace; the pod
+        # is deleted its own 30 s grace period ahead of that); another node empties at 32m but may only go
+        # once the expired one is gone
         budgets = [{"nodes": "1"}]
         steps = [advance("29m"), {"apply": [deployment("web", 2, "3")]}, advance("3m"), scale("web", 1), advance("20m")]
         out = simulate([kwok_nodeclass(), nodepool(cpus=(4,), expire="30m", tgp="10m",
                                                    disruption={"consolidateAfter": "0s", "budgets": budgets}),
                         pod("guarded", cpu="3", annotations={DND: "true"}), scenario(steps)], until="2h")
         (expired,) = out.deleted("Expired")
-        assert expired.deleted >= out.at(40 * MINUTE + 1)
+        assert expired.deleted >= out.at(40 * MINUTE + 1 - POD_GRACE)
         empty = out.deleted("Empty")
         assert empty and all(l.started >= expired.deleted for l in empty)
         assert budget_violations(out, static_budgets({"default": budgets})) == []
@@ -713,7 +717,7 @@ class TestBlockers:
         for l in expired:
             expiry = l.created + 30 * MINUTE
             assert l.started == expiry
-            assert expiry + 10 * MINUTE <= l.deleted <= expiry + 10 * MINUTE + 5
+            assert expiry + 10 * MINUTE - POD_GRACE <= l.deleted <= expiry + 10 * MINUTE + 5
             draining = [e for e in out.events_of(l.name, "FailedDraining", kind="Node")]
             assert draining and all(expiry <= epoch(e["firstTimestamp"]) < l.deleted for e in draining)
             (tgp_event,) = out.events_of(l.name, "TerminationGracePeriodExpiring", kind="NodeClaim")
@@ -731,7 +735,7 @@ class TestBlockers:
                                                    disruption={"consolidateAfter": "Never"}),
                         pod("guarded", cpu="3", annotations={DND: "true"}), scenario(steps)], until="2h")
         first, *launched_for_the_pod = out.summary_claims
-        assert first["disruptionReason"] == "Expired" and out.t(first["deletedAt"]) >= 40 * MINUTE
+        assert first["disruptionReason"] == "Expired" and out.t(first["deletedAt"]) >= 40 * MINUTE - POD_GRACE
         assert launched_for_the_pod == []
 
     def test_drift_with_grace_period_tolerates_blockers_then_forces_them(self):
@@ -742,7 +746,7 @@ class TestBlockers:
                         pod("guarded", cpu="3", annotations={DND: "true"}), scenario(steps)])
         (old,) = out.deleted("Drifted")
         assert old.started == out.at(2 * MINUTE + 1)
-        assert old.started + 5 * MINUTE <= old.deleted <= old.started + 5 * MINUTE + 5
+        assert old.started + 5 * MINUTE - POD_GRACE <= old.deleted <= old.started + 5 * MINUTE + 5
         assert [e["involvedObject"]["name"] for e in out.events("Disrupted")] == ["guarded"]
 
     def test_drift_without_grace_period_respects_blockers(self):
@@ -791,7 +795,7 @@ class TestDrift:
         drifted = sorted(out.deleted("Drifted"), key=lambda l: l.started)
         assert len(drifted) == 3
         first = drifted[0]
-        assert first.deleted - first.started <= 1  # nothing to wait for
+        assert first.deleted - first.started <= MIN_DRAIN_TIME + 1  # nothing to wait for but the minimum drain
         assert not [e for e in out.events("DisruptionLaunching") if epoch(e["firstTimestamp"]) == first.started]
         assert len(out.summary_claims) == 5 and len(out.live()) == 2
         assert out.summary["pods"]["pending"] == 0

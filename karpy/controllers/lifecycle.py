@@ -51,7 +51,8 @@ def set_condition(status: dict, ctype: str, value: str, now: float, reason: str 
     for i, c in enumerate(conds):
         if c.get("type") == ctype:
             if c.get("status") == value and (reason is None or c.get("reason") == reason) and \
-                    (message is None or c.get("message") == message):
+                    (c.get("message") == message if message is not None
+                     else value != "True" or not c.get("message")):
                 return False
             new = dict(c)
             if c.get("status") != value:
@@ -60,6 +61,8 @@ def set_condition(status: dict, ctype: str, value: str, now: float, reason: str 
             new["reason"] = reason or ctype if value == "True" else (reason or new.get("reason") or ctype)
             if message is not None:
                 new["message"] = message
+            elif value == "True":
+                new.pop("message", None)  # a condition turning True drops the message of its old state
             conds[i] = new
             status["conditions"] = conds
             return True

@@ -5,10 +5,31 @@ from __future__ import annotations
 
 from .. import resources as res
 from ..disruption.drift import HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodepool_hash
-from ..kube.port import DELETED
-from ..runtime.manager import deleting
+from ..kube.port import DELETED, JSON_PATCH
+from ..runtime.manager import condition, deleting
 from .env import Env
 from .lifecycle import set_condition
+
+
+# upstream's BaseResources: always reported, at zero when the NodePool has no capacity
+BASE_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
+
+
+def nodeclass_readiness(nodeclass: dict | None) -> tuple[bool, str, str]:
+    """Whether a NodePool's NodeClass lets it launch, and why not (upstream nodepool/readiness).
+
+    A NodeClass without a ``Ready`` condition counts as ready: karpy's simulated providers have no
+    NodeClass controller of their own to set one; a cloud's NodeClass controller reports it."""
+    if nodeclass is None:
+        return False, "NodeClassNotFound", "NodeClass not found on cluster"
+    if deleting(nodeclass):
+        return False, "NodeClassTerminating", "NodeClass is Terminating"
+    ready = condition(nodeclass, "Ready")
+    if ready is None or ready.get("status") == "True":
+        return True, "", ""
+    if ready.get("status") == "False":
+        return False, ready.get("reason") or "NodeClassNotReady", ready.get("message") or ""
+    return False, "NodeClassReadinessUnknown", "Node Class Readiness Unknown"
 
 
 class NodePoolStatus:
@@ -41,21 +62,24 @@ class NodePoolStatus:
         # counters: capacity of the NodePool's launched NodeClaims
         total = dict(env.cluster.usage.get(name, {}))
         nodes = total.pop("nodes", 0)
-        resources = res.format_resource_list({k: v for k, v in total.items() if v})
+        resources = {k: "0" for k in BASE_RESOURCES}
+        resources.update(res.format_resource_list({k: v for k, v in total.items() if v}))
         resources["nodes"] = str(nodes)
         status = dict(np.get("status") or {})
         status["resources"] = resources
         status["nodes"] = nodes
         nodeclass, ref_ = env.cluster.nodeclass_for(np)
         now = env.now()
-        ready = nodeclass is not None
+        ready, why, detail = nodeclass_readiness(nodeclass)
         if ready:
             set_condition(status, "NodeClassReady", "True", now)
         else:
-            set_condition(status, "NodeClassReady", "False", now, reason="NodeClassNotFound", message="NodeClass not found on cluster")
+            set_condition(status, "NodeClassReady", "False", now, reason=why, message=detail)
         set_condition(status, "ValidationSucceeded", "True", now)
         set_condition(status, "Ready", "True" if ready else "False", now,
                       reason=None if ready else "NodeClassNotReady", message=None if ready else "NodeClassReady=False")
         if status != (np.get("status") or {}):
-            env.api.patch("NodePool", name, {"status": status}, subresource="status")
+            # the whole status, replaced: a merge patch would keep resources that dropped to zero
+            env.api.patch("NodePool", name, [{"op": "add", "path": "/status", "value": status}], patch_type=JSON_PATCH,
+                          subresource="status")
         return None

@@ -34,6 +34,8 @@ from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNode
 from ..state import pods as P
 from ..state.cluster import PodEntry, StateNode
 from .env import Env
+from .nodepool import nodeclass_readiness
+from ..runtime.manager import deleting
 
 POD_REQUEUE = 10.0
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
@@ -151,9 +153,14 @@ class Provisioner:
         ice = env.cloud.ice_key() if hasattr(env.cloud, "ice_key") else ()
         for name in sorted(c.nodepools):
             np = c.nodepools[name]
+            if deleting(np):
+                continue  # upstream ignores NodePools being deleted
             nodeclass, nref = c.nodeclass_for(np)
             if nodeclass is None or (hasattr(env.cloud, "serves") and not env.cloud.serves(nref)):
                 problems[name] = f'incompatible with nodepool "{name}", nodeclass not found'
+                continue
+            if not nodeclass_readiness(nodeclass)[0]:
+                problems[name] = f'incompatible with nodepool "{name}", nodeclass not ready'
                 continue
             key = (np["metadata"].get("resourceVersion"), id(np), nodeclass["metadata"].get("resourceVersion"),
                    id(nodeclass), c.daemonsets_version, ice)

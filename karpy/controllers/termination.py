@@ -23,9 +23,12 @@ from ..runtime.events import pod_annotations, ref
 from ..runtime.manager import condition, deleting, is_true
 from ..state import pods as P
 from .env import Env
-from .lifecycle import FINALIZER, TERMINATION_TIMESTAMP
+from .lifecycle import FINALIZER, TERMINATION_TIMESTAMP, set_condition
 
 DRAIN_RETRY = 1.0  # seconds between drain passes while pods are being evicted
+MIN_DRAIN_TIME = 5.0  # a drain lasts at least this long, so pods bound late are drained too
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+DEFAULT_POD_GRACE = 30  # seconds: the API server's default terminationGracePeriodSeconds
 DRAIN_BLOCKED_RETRY = 10.0  # between passes when every remaining pod is blocked
 CRITICAL = ("system-cluster-critical", "system-node-critical")
 
@@ -63,17 +66,16 @@ class Termination:
         deadline = parse_time(((claim or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP))
         self._taint(node)
         waiting = self._drain(node, claim, deadline)
+        if waiting is None:
+            since = parse_time(node["metadata"].get("deletionTimestamp"))
+            if since is not None and env.now() < since + MIN_DRAIN_TIME:
+                waiting = since + MIN_DRAIN_TIME - env.now()
         if waiting is not None:
+            if claim is not None:
+                self._set_drained(claim, "Unknown", "Draining")
             return waiting
         if claim is not None and not is_true(claim, "Drained"):
-            from .lifecycle import set_condition
-
-            st = dict(claim.get("status") or {})
-            if set_condition(st, "Drained", "True", env.now()):
-                try:
-                    env.api.patch("NodeClaim", claim["metadata"]["name"], {"status": st}, subresource="status")
-                except E.NotFound:
-                    pass
+            self._set_drained(env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim, "True")
         if pid:
             try:
                 env.cloud.delete(claim or {"status": {"providerID": pid}})
@@ -83,13 +85,29 @@ class Termination:
                 return 5.0
         return self._remove_finalizer(node)
 
+    def _set_drained(self, claim: dict, value: str, reason: str | None = None) -> None:
+        st = dict(claim.get("status") or {})
+        if set_condition(st, "Drained", value, self.env.now(), reason=reason, message=reason):
+            try:
+                self.env.api.patch("NodeClaim", claim["metadata"]["name"], {"status": st}, subresource="status")
+            except E.NotFound:
+                pass
+            self.env.mgr.pump()
+
     def _taint(self, node: dict) -> None:
+        """Taint the node karpenter.sh/disrupted:NoSchedule and take it out of external load balancers."""
         taints = list((node.get("spec") or {}).get("taints") or ())
-        if any(t.get("key") == DISRUPTED_TAINT.key and t.get("effect") == DISRUPTED_TAINT.effect for t in taints):
+        tainted = any(t.get("key") == DISRUPTED_TAINT.key and t.get("effect") == DISRUPTED_TAINT.effect for t in taints)
+        labelled = (node["metadata"].get("labels") or {}).get(EXCLUDE_LB_LABEL) == "karpenter"
+        if tainted and labelled:
             return
-        taints.append(DISRUPTED_TAINT.to_obj())
-        self.env.api.patch("Node", node["metadata"]["name"], {"spec": {"taints": taints},
-                                                              "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}})
+        patch: dict = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+        if not tainted:
+            taints.append(DISRUPTED_TAINT.to_obj())
+            patch["spec"] = {"taints": taints}
+        if not labelled:
+            patch["metadata"]["labels"] = {EXCLUDE_LB_LABEL: "karpenter"}
+        self.env.api.patch("Node", node["metadata"]["name"], patch)
         self.env.mgr.pump()
 
     def _drain(self, node: dict, claim: dict | None, deadline: float | None) -> float | None:
@@ -109,20 +127,30 @@ class Termination:
         if not waiting:
             return None
         reason = _eviction_reason(claim)
-        forced = deadline is not None and now >= deadline
         evicted = 0
-        if forced:
+        if deadline is not None:
+            # each pod is deleted early enough to get its terminationGracePeriodSeconds before the node's
+            # deadline; PDBs and do-not-disrupt no longer hold it
+            keep = []
             for e in waiting:
-                env.recorder.publish(ref(e.obj), "Disrupted",
-                                     f"Deleting the pod to accommodate the terminationTime {fmt_time(deadline)} of the node. "
-                                     "This bypasses the PDB of the pod and the do-not-disrupt annotation.",
-                                     annotations=pod_annotations(e.obj))
-                try:
-                    env.api.delete("Pod", e.obj["metadata"]["name"], e.obj["metadata"].get("namespace", "default"))
-                except E.NotFound:
-                    pass
-                evicted += 1
-        else:
+                if now >= deadline - _pod_grace(e.obj):
+                    grace = max(0, int(deadline - now))
+                    env.recorder.publish(ref(e.obj), "Disrupted",
+                                         f"Deleting the pod to accommodate the terminationTime {fmt_time(deadline)} of the node. "
+                                         f"The pod was granted {grace} seconds of grace-period of its "
+                                         f"{_pod_grace(e.obj)} terminationGracePeriodSeconds. "
+                                         "This bypasses the PDB of the pod and the do-not-disrupt annotation.",
+                                         annotations=pod_annotations(e.obj))
+                    try:
+                        env.api.delete("Pod", e.obj["metadata"]["name"], e.obj["metadata"].get("namespace", "default"),
+                                       grace_period_seconds=grace)
+                    except E.NotFound:
+                        pass
+                    evicted += 1
+                else:
+                    keep.append(e)
+            waiting = keep
+        if waiting:
             groups: list[list] = [[], [], [], []]
             for e in waiting:
                 critical = (e.obj.get("spec") or {}).get("priorityClassName") in CRITICAL
@@ -156,8 +184,8 @@ class Termination:
                 evicted += 1
         env.mgr.pump()
         delay = DRAIN_RETRY if evicted else DRAIN_BLOCKED_RETRY
-        if deadline is not None and not forced:
-            delay = min(delay, max(0.0, deadline - now))
+        if deadline is not None and waiting:
+            delay = min(delay, max(0.0, min(deadline - _pod_grace(e.obj) for e in waiting) - now))
         return max(delay, 0.001)
 
     def _remove_finalizer(self, node: dict) -> None:
@@ -169,6 +197,11 @@ class Termination:
             return None
         env.log.info("deleted node", controller=self.name, Node={"name": node["metadata"]["name"]})
         return None
+
+
+def _pod_grace(pod: dict) -> int:
+    v = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return DEFAULT_POD_GRACE if v is None else int(v)
 
 
 def _eviction_reason(claim: dict | None) -> str:

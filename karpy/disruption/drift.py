@@ -17,7 +17,6 @@ from typing import Any, Mapping
 
 from .. import resources as res
 from ..scheduling.requirements import Requirements
-from ..provisioning.templates import nodepool_requirements
 
 NODEPOOL_HASH = "karpenter.sh/nodepool-hash"
 NODEPOOL_HASH_VERSION = "karpenter.sh/nodepool-hash-version"
@@ -128,14 +127,21 @@ def _ami_family(spec: Mapping) -> str | None:
     return None
 
 
+def _drift_requirements(nodepool: Mapping) -> Requirements:
+    spec = ((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return Requirements.from_node_selector(spec.get("requirements") or ())
+
+
 def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str], memo: bool = False) -> bool:
-    """Do the node's labels still satisfy every NodePool requirement?"""
-    reqs = _memo("nodepool-requirements", nodepool, lambda: nodepool_requirements(nodepool)) if memo \
-        else nodepool_requirements(nodepool)
+    """Are the NodeClaim's labels no longer strictly compatible with the NodePool's
+    ``spec.template.spec.requirements``? (The template's labels are static drift, through the hash.)
+
+    Strict compatibility, as upstream: a requirement on a key the NodeClaim has no label for drifts it
+    unless the requirement is NotIn or DoesNotExist; the rest must intersect the labels."""
+    reqs = _memo("nodepool-drift-requirements", nodepool, lambda: _drift_requirements(nodepool)) if memo \
+        else _drift_requirements(nodepool)
     for r in reqs:
-        # a NodeClaim carries a label for every requirement with listed values; one the
-        # node lacks was added after it launched
-        if r.key not in node_labels and r.operator == "In":
+        if r.key not in node_labels and not r.allows_absent():
             return True
     return Requirements.from_labels(node_labels).intersects(reqs) is not None
 

@@ -408,6 +408,8 @@ class MemoryAPI:
                 nm["deletionTimestamp"] = fmt_time(self.clock.now())
                 nm["deletionGracePeriodSeconds"] = 0
                 nm["resourceVersion"] = str(self._next_rv())
+                if "generation" in om:
+                    nm["generation"] = int(om["generation"]) + 1  # the API server counts this as a spec change
                 out = dict(old)
                 out["metadata"] = nm
                 self._objects[kind][(ns, name)] = out
@@ -528,6 +530,8 @@ class MemoryAPI:
     def bind(self, name: str, namespace: str, node: str) -> None:
         with self._lock:
             pod = self.get("Pod", name, namespace)
+            if _meta(pod).get("deletionTimestamp"):
+                raise E.Conflict(f"pod {name} is being deleted, cannot be assigned to a host", kind="pods", name=name)
             if (pod.get("spec") or {}).get("nodeName"):
                 raise E.Conflict(f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
                                  kind="pods", name=name)
@@ -567,19 +571,18 @@ class MemoryAPI:
             pdb = pdbs[0]
             st = pdb.get("status") or {}
             pname = _meta(pdb).get("name")
+            if not _pod_ready(pod):
+                # an unready pod doesn't count towards currentHealthy: it goes without using the budget when
+                # the policy always allows it, or when the budget is met anyway
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
+                healthy, desired = int(st.get("currentHealthy") or 0), int(st.get("desiredHealthy") or 0)
+                if policy == "AlwaysAllow" or (desired > 0 and healthy >= desired):
+                    self._evict_now(pod)
+                    return
             if int(st.get("observedGeneration") or 0) < int(_meta(pdb).get("generation") or 1):
                 raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{
                     "reason": "DisruptionBudget",
                     "message": f"The disruption budget {pname} is still being processed by the server."}])
-            if not _pod_ready(pod):
-                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") or "IfHealthyBudget"
-                healthy, desired = int(st.get("currentHealthy") or 0), int(st.get("desiredHealthy") or 0)
-                if policy == "AlwaysAllow" or healthy >= desired:
-                    self._evict_now(pod)
-                    return
-                raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{
-                    "reason": "DisruptionBudget",
-                    "message": f"The disruption budget {pname} needs {desired} healthy pods and has {healthy} currently"}])
             allowed = int(st.get("disruptionsAllowed") or 0)
             if allowed <= 0:
                 raise E.TooManyRequests(PDB_VIOLATION, kind="pods", name=name, causes=[{

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from karpy.controllers.termination import MIN_DRAIN_TIME
 from controllers.harness import (
     FINALIZER, INSTANCE_TYPE_LABEL, ZONE_LABEL, CAPACITY_TYPE_LABEL, Harness, annotations, cond, cond_status,
     deleting, finalizers, labels, nodepool, taints,
@@ -94,8 +95,6 @@ def test_registration_syncs_labels_annotations_taints_owner_and_finalizer_to_the
     assert [e["involvedObject"]["name"] for e in h.events("Registered")] == [name]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: set_condition keeps the old message when a condition turns True "
-                                       "(Registered=True still says 'Node not registered with cluster')")
 def test_a_condition_turning_true_drops_the_message_of_its_unknown_state(h):
     """operatorpkg's SetTrue: Status True, Reason = the type, Message "" (what kubectl describe shows)."""
     h.setup()
@@ -221,7 +220,10 @@ def test_finalization_deletes_the_node_then_the_instance_then_the_finalizer(h):
     assert FINALIZER in finalizers(h.get("NodeClaim", name))
     h.reconcile(LIFECYCLE, name)
     assert h.get("NodeClaim", name) is not None
-    # the Node's own finalizer drains it and lets it go
+    # the Node's own finalizer drains it (for at least the minimum drain time) and lets it go
+    h.reconcile("node.termination", name)
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile("node.termination", name)
     h.reconcile("node.termination", name)
     assert h.get("Node", name) is None
     h.reconcile(LIFECYCLE, name)

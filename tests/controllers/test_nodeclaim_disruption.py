@@ -99,9 +99,6 @@ def test_missing_hash_annotation_does_not_drift(h, launched):
     assert _drifted(h, launched) is None
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: drift_reason checks the NodePool's template labels as requirements "
-                                       "(RequirementsDrifted); upstream's areRequirementsDrifted reads only "
-                                       "spec.template.spec.requirements")
 def test_template_labels_are_not_requirements_for_drift(h, launched):
     """Upstream areRequirementsDrifted: NewNodeSelectorRequirementsWithMinValues(Spec.Template.Spec.Requirements).
     A label change is static drift (hash) only; a NodeClaim without the hash annotation is not drifted by it."""
@@ -145,8 +142,6 @@ UNDEFINED_KEY_CASES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: requirements_drifted only treats a missing label as drift for operator In; "
-                                       "upstream's Compatible() drifts for every operator but NotIn/DoesNotExist")
 @pytest.mark.parametrize("req", [c[1] for c in UNDEFINED_KEY_CASES], ids=[c[0] for c in UNDEFINED_KEY_CASES])
 def test_a_new_requirement_on_a_label_the_nodeclaim_lacks_drifts(h, launched, req):
     """"label %q does not have known values" (scheduling.Requirements.Compatible): a NodePool requirement

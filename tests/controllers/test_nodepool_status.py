@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from karpy.controllers.termination import MIN_DRAIN_TIME
 from controllers.harness import Harness, annotations, cond, cond_status, nodeclass, nodepool
 
 STATUS = "nodepool.status"
@@ -84,8 +85,6 @@ def test_readiness_follows_the_nodeclass_appearing(h):
     assert cond_status(_np(h), "Ready") == "True"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: set_condition keeps the old message when a condition turns True "
-                                       "(NodeClassReady=True 'NodeClass not found on cluster', Ready=True 'NodeClassReady=False')")
 def test_a_condition_turning_true_drops_its_false_message(h):
     """operatorpkg SetTrue clears the message; `kubectl describe nodepool` must not show a stale reason."""
     h.create(nodepool())
@@ -96,7 +95,6 @@ def test_a_condition_turning_true_drops_its_false_message(h):
     assert cond(np, "Ready").get("message", "") == ""
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a NodeClass being deleted still counts as ready for its NodePools")
 def test_not_ready_when_the_nodeclass_is_terminating(h):
     """It("should mark NodeClassReady status condition on nodePool as NotReady if nodeClass is terminating")"""
     h.setup()
@@ -105,8 +103,6 @@ def test_not_ready_when_the_nodeclass_is_terminating(h):
     assert cond_status(_np(h), "Ready") == "False"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the NodeClass's own Ready condition is ignored: a NodeClass reporting "
-                                       "Ready=False still makes its NodePools Ready")
 def test_not_ready_when_the_nodeclass_reports_not_ready(h):
     """It("should have status condition on nodePool as not ready if nodeClass is not ready")"""
     h.setup()
@@ -119,8 +115,6 @@ def test_not_ready_when_the_nodeclass_reports_not_ready(h):
 # --- counters -----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: status.resources omits the well-known resources at zero "
-                                       "(upstream BaseResources: cpu, memory, pods, ephemeral-storage, nodes all '0')")
 def test_well_known_resources_are_zero_without_nodes(h):
     """It("should set well-known resource to zero when no nodes exist in the cluster")"""
     h.setup()
@@ -152,6 +146,9 @@ def _remove(h: Harness, claim: dict, node: dict) -> None:
     h.delete("NodeClaim", claim["metadata"]["name"])
     h.reconcile("nodeclaim.lifecycle", claim["metadata"]["name"])
     h.reconcile("node.termination", node["metadata"]["name"])
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile("node.termination", node["metadata"]["name"])
+    h.reconcile("node.termination", node["metadata"]["name"])
     h.reconcile("nodeclaim.lifecycle", claim["metadata"]["name"])
     assert h.get("NodeClaim", claim["metadata"]["name"]) is None
 
@@ -168,8 +165,6 @@ def test_counters_decrease_when_nodeclaims_go(h):
     assert st["resources"] == {"cpu": "8", "memory": "16Gi", "pods": "128", "ephemeral-storage": "20Gi", "nodes": "1"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: NodePoolStatus writes status.resources with a JSON merge patch, so "
-                                       "resources that drop to zero (and are left out) keep their old values")
 def test_counters_zero_out_when_all_nodes_are_deleted(h):
     """It("should zero out the counter when all nodes are deleted")"""
     h.setup()

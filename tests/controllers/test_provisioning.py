@@ -152,7 +152,6 @@ def test_a_nodepool_whose_nodeclass_is_missing_cannot_launch(h):
     assert 'incompatible with nodepool "default", nodeclass not found' in msg
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the provisioner still launches from a NodePool that is being deleted")
 def test_nodepools_being_deleted_are_ignored(h):
     """It("should ignore NodePools that are deleting")"""
     h.setup()

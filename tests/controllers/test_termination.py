@@ -12,6 +12,7 @@ from controllers.harness import (
     DISRUPTED_TAINT, DO_NOT_DISRUPT, FINALIZER, Harness, cond_status, deleting, has_taint, labels, node, nodepool,
     owner_ref, pdb,
 )
+from karpy.controllers.termination import MIN_DRAIN_TIME
 from karpy.kube.times import fmt_time
 
 TERMINATION = "node.termination"
@@ -49,6 +50,11 @@ def test_deleting_a_node_taints_it_deletes_its_nodeclaim_and_removes_the_finaliz
     claim, name = _managed(h)
     h.delete("Node", name)
     h.reconcile(TERMINATION, name)
+    assert h.get("Node", name) is not None  # a drain lasts at least MIN_DRAIN_TIME
+    assert cond_status(h.get("NodeClaim", claim), "Drained") == "Unknown"
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, name)
+    h.reconcile(TERMINATION, name)
     assert h.get("Node", name) is None
     c = h.get("NodeClaim", claim)
     assert deleting(c)
@@ -70,8 +76,6 @@ def test_the_node_is_tainted_disrupted_before_pods_are_evicted(h):
     assert FINALIZER in n["metadata"]["finalizers"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: termination does not label the draining node "
-                                       "node.kubernetes.io/exclude-from-external-load-balancers=karpenter")
 def test_a_terminating_node_is_excluded_from_load_balancers(h):
     """It("should exclude nodes from load balancers when terminating")"""
     _, name = _managed(h)
@@ -100,6 +104,8 @@ def test_pods_are_evicted_in_upstream_order_one_group_at_a_time(h):
         assert h.get("Node", name) is not None
     assert seen == [["a-plain"], ["b-daemon"], ["c-node-critical", "d-cluster-critical"], ["e-daemon-critical"]]
     assert [e["message"] for e in h.events("Evicted")] == ["Evicted pod: Forceful Termination"] * 5
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, name)
     h.reconcile(TERMINATION, name)
     assert h.get("Node", name) is None
 
@@ -132,6 +138,8 @@ def test_pods_tolerating_the_disrupted_taint_are_not_evicted(h, toleration):
     h.pod_on(name, name="skip-me", tolerations=[toleration], owner=RS_OWNER)
     h.delete("Node", name)
     h.reconcile(TERMINATION, name)
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, name)
     h.reconcile(TERMINATION, name)
     assert _pod_names(h) == ["skip-me"]
     assert h.get("Node", name) is None
@@ -158,6 +166,8 @@ def test_pods_without_owner_and_terminal_pods_do_not_block(h):
     h.set_pod_phase("failed", "Failed")
     h.delete("Node", name)
     h.reconcile(TERMINATION, name)
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, name)
     h.reconcile(TERMINATION, name)
     assert h.get("Node", name) is None
     assert [e["involvedObject"]["name"] for e in h.events("Evicted")] == ["orphan"]
@@ -171,6 +181,8 @@ def test_static_pods_are_not_evicted(h):
                                         "uid": n["metadata"]["uid"], "controller": True})
     h.pod_on(name, name="normal", owner=RS_OWNER)
     h.delete("Node", name)
+    h.reconcile(TERMINATION, name)
+    h.tick(MIN_DRAIN_TIME)
     h.reconcile(TERMINATION, name)
     h.reconcile(TERMINATION, name)
     assert h.get("Node", name) is None
@@ -238,8 +250,9 @@ def test_termination_grace_period_deletes_blocked_pods_at_the_deadline(h):
     h.reconcile("nodeclaim.lifecycle", claim)  # stamps the deadline, deletes the Node
     deadline = h.now() + 300
     assert h.reconcile(TERMINATION, name) == pytest.approx(10.0)
-    h.tick(295)
-    assert h.reconcile(TERMINATION, name) == pytest.approx(5.0)  # wakes up for the deadline
+    h.tick(265)
+    # wakes up when the pods' default 30 s grace period would otherwise run past the deadline
+    assert h.reconcile(TERMINATION, name) == pytest.approx(5.0)
     assert _pod_names(h) == ["dnd", "held"]
     h.tick(5)
     h.reconcile(TERMINATION, name)
@@ -251,8 +264,6 @@ def test_termination_grace_period_deletes_blocked_pods_at_the_deadline(h):
     assert h.get("Node", name) is None
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pods are force-deleted only at the node's deadline, not when their own "
-                                       "terminationGracePeriodSeconds would run past it (upstream needsForceDelete)")
 def test_pods_are_deleted_early_enough_for_their_own_grace_period(h):
     """It("should only delete pods when their terminationGracePeriodSeconds is less than the the node's remaining
     terminationGracePeriod"): node TGP 300 s, pod TGS 60 s -> deleted at 240 s, not at 300 s."""
@@ -313,13 +324,13 @@ def test_a_karpenter_node_without_a_nodeclaim_is_drained_and_released(h):
     h.pod_on("orphan-node", name="p", owner=RS_OWNER)
     h.delete("Node", "orphan-node")
     h.reconcile(TERMINATION, "orphan-node")
+    h.tick(MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, "orphan-node")
     h.reconcile(TERMINATION, "orphan-node")
     assert h.get("Node", "orphan-node") is None
     assert _pod_names(h) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: no minimum drain time: a node is released in the reconcile that tainted "
-                                       "it, and the NodeClaim never shows Drained=Unknown (reason Draining)")
 def test_draining_lasts_at_least_the_minimum_drain_time(h):
     """It("should not finish draining until minDrainTime has passed") (upstream MinDrainTime = 5 s)."""
     claim, name = _managed(h)

@@ -254,8 +254,6 @@ def test_deletion_timestamp_cannot_be_set_or_cleared_by_a_write(api):
     _ = a
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: marking an object with finalizers as deleting does not bump "
-                                       "metadata.generation (apiserver markAsDeleting does)")
 def test_marking_for_deletion_bumps_the_generation(api):
     """k8s.io/apiserver registry/generic/registry/store.go markAsDeleting: generation + 1 when the
     deletionTimestamp is first set."""
@@ -565,8 +563,6 @@ def test_a_bound_pod_cannot_move_by_update(api):
         api.patch("Pod", "p", {"spec": {"nodeName": "n2"}}, "default")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MemoryAPI.bind binds a pod that is being deleted (the apiserver "
-                                       "refuses: 'pod ... is being deleted, cannot be assigned to a host')")
 def test_a_pod_being_deleted_cannot_be_bound(api):
     """pkg/registry/core/pod/storage BindingREST.assignPod: a pod with a deletionTimestamp is not bound."""
     api.create(pod("p", finalizers=["example.com/hold"]))
@@ -714,9 +710,6 @@ def test_unhealthy_pods_with_always_allow(api):
     assert api.try_get("Pod", "sick", "default") is None
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unready pod under IfHealthyBudget is evicted when desiredHealthy is 0; "
-                                       "Kubernetes needs desiredHealthy > 0 for that shortcut and otherwise falls "
-                                       "through to checkAndDecrement (disruptionsAllowed 0 -> 429)")
 def test_unhealthy_pod_shortcut_needs_a_positive_desired_healthy(api):
     """pkg/registry/core/pod/storage/eviction.go: `CurrentHealthy >= DesiredHealthy && DesiredHealthy > 0`."""
     running(api, "sick", {"app": "web"}, ready=False)
@@ -725,8 +718,6 @@ def test_unhealthy_pod_shortcut_needs_a_positive_desired_healthy(api):
         api.evict("sick", "default")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: AlwaysAllow does not bypass a PDB whose status lags its generation; "
-                                       "Kubernetes deletes an unready pod under AlwaysAllow before any status check")
 def test_always_allow_ignores_a_lagging_pdb_status(api):
     """eviction.go: the AlwaysAllow branch returns before checkAndDecrement's observedGeneration check."""
     running(api, "sick", {"app": "web"}, ready=False)
