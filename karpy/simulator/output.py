@@ -149,6 +149,7 @@ def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
                 for p in sorted(pending, key=P.pod_key)
             ],
             "disruptions": [_disruption_entry(d) for d in h.disruptions],
+            **({"stoppedEarly": sim.stopped} if getattr(sim, "stopped", None) else {}),
         },
     }
 

@@ -45,6 +45,10 @@ from .workloads import Workloads
 DEFAULT_START = "2026-01-01T00:00:00Z"
 SETTLE_QUIET = 15 * 60.0  # the simulation is settled after 15 quiet minutes
 MAX_STEPS_PER_INSTANT = 5_000_000
+# A simulation stops early after this many disruption commands: past it, a run is a steady cycle (an
+# expireAfter of minutes over --until of months) whose output no one reads, and it would take minutes
+# and gigabytes. Large clusters stay far below it (1,000 nodes consolidating: about 1,000 commands).
+MAX_DISRUPTIONS = 5_000
 
 
 class World:
@@ -67,7 +71,17 @@ class World:
 
 
 class Simulation:
-    def __init__(self, documents: Iterable[Any], region: str | None = None, until: float = 3600.0):
+    """The simulated cluster and Karpenter on one manager.
+
+    ``karpy sandbox`` builds the same wiring with a real-time ``clock`` (then
+    ``start`` is the clock's now), ``history=True`` (watches resume from a
+    resourceVersion), ``strict=False`` (a failing reconcile is logged and retried, not
+    raised) and optionally ``karpenter=False`` (the world without Karpenter's
+    controllers, for an outside ``karpy controller``)."""
+
+    def __init__(self, documents: Iterable[Any], region: str | None = None, until: float = 3600.0, *,
+                 clock: Any = None, history: bool = False, karpenter: bool = True, strict: bool = True,
+                 log: Logger | None = None):
         self.scenario: dict | None = None
         self.initial: list[dict] = []
         for d in documents:
@@ -78,7 +92,7 @@ class Simulation:
                 self.initial.append(obj)
         spec = (self.scenario or {}).get("spec") or {}
         settings = spec.get("settings") or {}
-        self.start = parse_time(spec.get("start") or DEFAULT_START) or 0.0
+        self.start = clock.now() if clock is not None else (parse_time(spec.get("start") or DEFAULT_START) or 0.0)
         self.until = min(self.start + until, MAX_TIME)
         gates = dict(DEFAULT_FEATURE_GATES)
         gates.update(settings.get("featureGates") or {})
@@ -88,18 +102,22 @@ class Simulation:
             feature_gates=gates,
             min_values_policy=settings.get("minValuesPolicy") or "Strict",
         )
-        self.clock = SimClock(self.start)
-        self.api = MemoryAPI(self.clock, history=False)
-        self.mgr = Manager(self.api, self.clock, strict=True)
+        self.clock = clock if clock is not None else SimClock(self.start)
+        self.api = MemoryAPI(self.clock, history=history)
+        self.mgr = Manager(self.api, self.clock, strict=strict)
         self.cloud = SimulatedCloud(self.api, self.clock, region=region or spec.get("region"))
-        self.log = Logger(self.clock, level="error")
+        self.log = log if log is not None else Logger(self.clock, level="error")
         self.recorder = Recorder(self.api, self.clock)
         self.provider = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder)
-        self.karpenter: Karpenter = build(self.mgr, self.api, self.clock, self.provider, self.settings,
-                                          log=self.log, recorder=self.recorder)
-        self.world = World(self.mgr, self.api, self.clock, self.cloud, self.karpenter.cluster.compiler)
+        self.karpenter: Karpenter | None = None
+        if karpenter:
+            self.karpenter = build(self.mgr, self.api, self.clock, self.provider, self.settings,
+                                   log=self.log, recorder=self.recorder)
+        compiler = self.karpenter.cluster.compiler if self.karpenter is not None else PodCompiler()
+        self.world = World(self.mgr, self.api, self.clock, self.cloud, compiler)
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)
+        self.stopped: str | None = None  # why the simulation stopped before --until, when it did
         self.mgr.start()
 
     def _nodeclass(self, kind: str, name: str) -> dict | None:
@@ -120,7 +138,7 @@ class Simulation:
         from ..api.scenario import steps
 
         for action, arg in steps(self.scenario or {}):
-            if self.now >= self.until:
+            if self.now >= self.until or self.stopped:
                 break
             self.step(action, arg)
         self.run_until_settled()
@@ -203,9 +221,10 @@ class Simulation:
         while True:
             self.drain()
             nt = self.clock.next_time()
-            if nt is None or nt > t_end:
-                self.clock.set(t_end)
-                self.drain()
+            if nt is None or nt > t_end or self._over_limit():
+                if not self.stopped:
+                    self.clock.set(t_end)
+                    self.drain()
                 return
             self._fire_next()
 
@@ -217,8 +236,17 @@ class Simulation:
             t.fn()
         self.drain()
 
+    def _over_limit(self) -> bool:
+        if self.stopped:
+            return True
+        if len(self.history.disruptions) >= MAX_DISRUPTIONS:
+            self.stopped = (f"stopped at {fmt_time(self.now)}, before --until: {MAX_DISRUPTIONS} disruption commands "
+                            "is the most one simulation carries out; simulate a shorter time")
+            return True
+        return False
+
     def settled(self) -> bool:
-        return not self.clock.has_keepalive() and not self.karpenter.busy()
+        return not self.clock.has_keepalive() and not (self.karpenter is not None and self.karpenter.busy())
 
     def run_until_settled(self) -> None:
         """Run until nothing is in flight and nothing has changed for 15 minutes, or until ``--until``."""
@@ -235,6 +263,8 @@ class Simulation:
                 break
             if self.settled() and nt >= quiet:
                 break
+            if self._over_limit():
+                return
             self._fire_next()
         self.clock.set(min(self.until, max(self.now, self.mgr.last_activity + SETTLE_QUIET)))
 
