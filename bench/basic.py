@@ -254,6 +254,14 @@ def main(argv=None) -> int:
         mix = ", ".join(f"{k}: {v}" for k, v in sorted(mixes.items(), reverse=True))
         print(f"  {name:<22} {count:>5} {price:>9.4f}  {mix}")
     print(f"cost: ${cost:.4f}/h (launched offering per NodeClaim)")
+    # karpy's CostRefinement gate (off by default, as upstream): the same pods with it on
+    t0 = time.perf_counter()
+    refined = Scheduler([template], refine=True).solve(infos)
+    refined_dt = time.perf_counter() - t0
+    refined_cost = sum(launched(nc)[1].price for nc in refined.new_nodeclaims if launched(nc) is not None)
+    print(f"gates: off (upstream) ${cost:.4f}/h, {len(results.new_nodeclaims)} nodes; CostRefinement on "
+          f"${refined_cost:.4f}/h, {len(refined.new_nodeclaims)} nodes, {len(refined.errors)} unplaced "
+          f"({refined_dt:.3f} s)")
     cpu_u = tot_req[0] / tot_alloc[0] if tot_alloc[0] else 0.0
     mem_u = tot_req[1] / tot_alloc[1] if tot_alloc[1] else 0.0
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731

@@ -60,6 +60,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
 
         sim = Simulation(loaded.documents, region=region, until=until_s)
         sim.run()
+        sim.run_baseline()  # with karpy's own gates on: upstream's decisions too, for the cost side by side
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
         if sim.stopped:
             click.echo(f"warning: {sim.stopped}", err=True)

@@ -22,6 +22,8 @@ DEFAULT_FEATURE_GATES = {
     "CostRefinement": False,
     "ZonePinning": False,
 }
+# the gates that are karpy's own: with any of them on, `karpy simulate` also runs upstream's decisions
+KARPY_GATES = ("CostRefinement", "ZonePinning")
 
 
 @dataclass

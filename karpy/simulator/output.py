@@ -150,8 +150,16 @@ def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
             ],
             "disruptions": [_disruption_entry(d) for d in h.disruptions],
             **({"stoppedEarly": sim.stopped} if getattr(sim, "stopped", None) else {}),
+            **(_comparison(sim) if getattr(sim, "baseline", None) is not None else {}),
         },
     }
+
+
+def _comparison(sim: Simulation) -> dict:
+    """karpy's gates against upstream's decisions: the same input simulated with the gates off."""
+    base = sim.baseline
+    return {"featureGates": {"karpy": sim.karpy_gates, "costPerHourUpstream": _price(base.history.cost),
+                             "savingPerHour": _price(base.history.cost - sim.history.cost)}}
 
 
 def result_list(sim: Simulation) -> dict:
@@ -247,6 +255,10 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     live = sum(1 for life in h.claims.values() if life.deleted is None and life.launched)
     console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s)"
                   + ("   (* spot price estimated by the catalog)" if estimated else ""))
+    if "featureGates" in s:
+        fg = s["featureGates"]
+        console.print(f"Cost with upstream's decisions (karpy gates {', '.join(fg['karpy'])} off): "
+                      f"${fg['costPerHourUpstream']}/hour; karpy's gates save ${fg['savingPerHour']}/hour")
     console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending")
     if s["pendingPods"]:
         by_reason: dict[str, list[str]] = {}

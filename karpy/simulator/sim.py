@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from .. import resources as res
 from ..cloudprovider.simulated import SimulatedCloud, SimulatedCloudProvider
-from ..controllers.env import DEFAULT_FEATURE_GATES, Settings
+from ..controllers.env import DEFAULT_FEATURE_GATES, KARPY_GATES, Settings
 from ..controllers.operator import Karpenter, build
 from ..kube import errors as E
 from ..kube.memory import MemoryAPI
@@ -118,7 +118,30 @@ class Simulation:
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)
         self.stopped: str | None = None  # why the simulation stopped before --until, when it did
+        self._args = (region, until)
+        self.baseline: Simulation | None = None  # the same input with karpy's gates off, see run_baseline()
         self.mgr.start()
+
+    @property
+    def karpy_gates(self) -> list[str]:
+        """karpy's own feature gates this simulation turns on."""
+        return [g for g in KARPY_GATES if self.settings.feature_gates.get(g)]
+
+    def run_baseline(self) -> "Simulation | None":
+        """With karpy's gates on, simulate the same input once more with them off: upstream's decisions,
+        for the cost side by side."""
+        if not self.karpy_gates:
+            return None
+        scenario = dict(self.scenario or {})
+        spec = dict(scenario.get("spec") or {})
+        settings = dict(spec.get("settings") or {})
+        settings["featureGates"] = {**(settings.get("featureGates") or {}), **{g: False for g in KARPY_GATES}}
+        spec["settings"] = settings
+        scenario["spec"] = spec
+        region, until = self._args
+        self.baseline = Simulation([*self.initial, scenario], region=region, until=until)
+        self.baseline.run()
+        return self.baseline
 
     def _nodeclass(self, kind: str, name: str) -> dict | None:
         return self.mgr.get(kind, name)
