@@ -33,6 +33,7 @@ from .schema import (
     Node,
     arr,
     as_dict,
+    attach_cel,
     check_duration_range,
     boolean,
     child,
@@ -303,7 +304,8 @@ AKS_SPEC = obj(
 )
 
 AKS_NODE_CLASS = obj(
-    {"apiVersion": string(), "kind": string(), "metadata": object_meta(), "spec": AKS_SPEC, "status": opaque_obj()}
+    {"apiVersion": string(), "kind": string(), "metadata": object_meta(), "spec": AKS_SPEC, "status": opaque_obj()},
+    description="AKSNodeClass: the Azure-specific configuration of the nodes of the NodePools that reference it.",
 )
 
 # ============================================================================
@@ -819,6 +821,7 @@ EC2_SPEC = obj(
 EC2_NODE_CLASS = obj(
     {"apiVersion": string(), "kind": string(), "metadata": object_meta(), "spec": EC2_SPEC, "status": opaque_obj()},
     required=("spec",),
+    description="EC2NodeClass: the AWS-specific configuration of the nodes of the NodePools that reference it.",
 )
 
 # ============================================================================
@@ -830,9 +833,221 @@ KWOK_NODE_CLASS = obj(
         "apiVersion": string(),
         "kind": string(),
         "metadata": object_meta(),
-        "spec": obj({"nodeRegistrationDelay": string(pattern=DURATION, checks=[check_duration_range])}, default={}),
+        "spec": obj(
+            {
+                "nodeRegistrationDelay": string(
+                    pattern=DURATION,
+                    checks=[check_duration_range],
+                    description="How long after launch a kwok node registers.",
+                )
+            },
+            default={},
+        ),
         "status": opaque_obj(),
-    }
+    },
+    description="KWOKNodeClass: the configuration of kwok's fake nodes.",
 )
 
-__all__ = ["AKS_NODE_CLASS", "EC2_NODE_CLASS", "KWOK_NODE_CLASS"]
+# ============================================================================
+# Upstream's CEL text for the rules above, by message (see schema.attach_cel)
+# ============================================================================
+
+_AKS_CEL = {
+    "FIPS is not yet supported for Ubuntu2404": (
+        "has(self.fipsMode) && self.fipsMode == 'FIPS' ? (has(self.imageFamily) && self.imageFamily != 'Ubuntu2404') : true"
+    ),
+    "TrustedLaunch is required for FIPS support with Ubuntu2204": (
+        "has(self.fipsMode) && self.fipsMode == 'FIPS' ? (has(self.imageFamily) && (self.imageFamily != 'Ubuntu2204' || "
+        "(has(self.security) && has(self.security.trustedLaunch) && ((has(self.security.trustedLaunch.vtpm) && "
+        "self.security.trustedLaunch.vtpm) || (has(self.security.trustedLaunch.secureBoot) && "
+        "self.security.trustedLaunch.secureBoot))))) : true"
+    ),
+    "TrustedLaunch with FIPSMode FIPS is only supported for Ubuntu and Ubuntu2204": (
+        "has(self.fipsMode) && self.fipsMode == 'FIPS' && has(self.security) && has(self.security.trustedLaunch) && "
+        "((has(self.security.trustedLaunch.vtpm) && self.security.trustedLaunch.vtpm) || "
+        "(has(self.security.trustedLaunch.secureBoot) && self.security.trustedLaunch.secureBoot)) ? "
+        "(!has(self.imageFamily) || self.imageFamily == 'Ubuntu' || self.imageFamily == 'Ubuntu2204') : true"
+    ),
+    "kubelet.failSwapOn must be set to false when linuxOSConfig.swapFileSize is specified": (
+        "!has(self.linuxOSConfig) || !has(self.linuxOSConfig.swapFileSize) || "
+        "(has(self.kubelet) && has(self.kubelet.failSwapOn) && self.kubelet.failSwapOn == false)"
+    ),
+    "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent": (
+        "has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ? "
+        "self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent : true"
+    ),
+    **{
+        f"{a} must be <= {b}": f"has(self.{a}) && has(self.{b}) ? self.{a} <= self.{b} : true"
+        for a, b in (
+            ("netCoreRmemDefault", "netCoreRmemMax"),
+            ("netCoreWmemDefault", "netCoreWmemMax"),
+            ("netIPv4NeighDefaultGcThresh1", "netIPv4NeighDefaultGcThresh2"),
+            ("netIPv4NeighDefaultGcThresh2", "netIPv4NeighDefaultGcThresh3"),
+        )
+    },
+    "netIPv4IPLocalPortRange first port must be in [1024, 60999]": (
+        "!has(self.netIPv4IPLocalPortRange) || (int(self.netIPv4IPLocalPortRange.split(' ')[0]) >= 1024 && "
+        "int(self.netIPv4IPLocalPortRange.split(' ')[0]) <= 60999)"
+    ),
+    "netIPv4IPLocalPortRange last port must be in [32768, 65535]": (
+        "!has(self.netIPv4IPLocalPortRange) || (int(self.netIPv4IPLocalPortRange.split(' ')[1]) >= 32768 && "
+        "int(self.netIPv4IPLocalPortRange.split(' ')[1]) <= 65535)"
+    ),
+    "netIPv4IPLocalPortRange first port must be <= last port": (
+        "!has(self.netIPv4IPLocalPortRange) || "
+        "int(self.netIPv4IPLocalPortRange.split(' ')[0]) <= int(self.netIPv4IPLocalPortRange.split(' ')[1])"
+    ),
+    "must contain required zones '.' and 'cluster.local'": "['.', 'cluster.local'].all(z, self.exists(x, x.zone == z))",
+    "'cluster.local' cannot be forwarded to VnetDNS": (
+        "!(self.zone.endsWith('cluster.local') && self.forwardDestination == 'VnetDNS')"
+    ),
+    "serveStale Verify cannot be used with protocol ForceTCP": "!(self.serveStale == 'Verify' && self.protocol == 'ForceTCP')",
+    "root zone '.' cannot be forwarded to ClusterCoreDNS from vnetDNSOverrides": (
+        "!self.exists(x, x.zone == '.' && x.forwardDestination == 'ClusterCoreDNS')"
+    ),
+    "external domains cannot be forwarded to ClusterCoreDNS from vnetDNSOverrides": (
+        "!self.exists(x, x.zone != '.' && !x.zone.endsWith('cluster.local') && x.forwardDestination == 'ClusterCoreDNS')"
+    ),
+    "tags keys must be less than 512 characters": "self.all(k, size(k) <= 512)",
+    "tags keys must not contain '<', '>', '%', '&', or '?'": "self.all(k, !k.matches('[<>%&?]'))",
+    "tags keys must not contain '\\'": "self.all(k, !k.contains('\\\\'))",
+    "tags values must be less than 256 characters": "self.all(k, size(self[k]) <= 256)",
+}
+
+
+def _alias_cel(alias: str, family: str) -> str:
+    return (
+        f"!has(self.amiFamily) || (self.amiSelectorTerms.exists(x, has(x.alias) && x.alias.find('^[^@]+') == '{alias}') ? "
+        f"(self.amiFamily == 'Custom' || self.amiFamily == '{family}') : true)"
+    )
+
+
+_EC2_CEL = {
+    "must specify exactly one of ['role', 'instanceProfile']": (
+        "(has(self.role) && !has(self.instanceProfile)) || (!has(self.role) && has(self.instanceProfile))"
+    ),
+    **{msg: _alias_cel(alias, family) for alias, family, msg in (
+        (a, f, _alias_rule(a, f)[1])
+        for a, f in (
+            ("al2", "AL2"),
+            ("al2023", "AL2023"),
+            ("bottlerocket", "Bottlerocket"),
+            ("windows2019", "Windows2019"),
+            ("windows2022", "Windows2022"),
+            ("windows2025", "Windows2025"),
+        )
+    )},
+    "must specify amiFamily if amiSelectorTerms does not contain an alias": (
+        "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)"
+    ),
+    "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']": (
+        "self.all(x, has(x.tags) || has(x.id) || has(x.name) || has(x.alias) || has(x.ssmParameter))"
+    ),
+    "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms": (
+        "!self.exists(x, has(x.id) && (has(x.alias) || has(x.tags) || has(x.name) || has(x.owner)))"
+    ),
+    "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms": (
+        "!self.exists(x, has(x.alias) && (has(x.id) || has(x.tags) || has(x.name) || has(x.owner)))"
+    ),
+    "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms": (
+        "!(self.exists(x, has(x.alias)) && self.size() != 1)"
+    ),
+    "'alias' is improperly formatted, must match the format 'family@version'": "self.matches('^[a-zA-Z0-9]+@.+$')",
+    "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', "
+    "'windows2022', 'windows2025'": (
+        "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022','windows2025']"
+    ),
+    "windows families may only specify version 'latest'": (
+        "self.split('@')[0] in ['windows2019','windows2022','windows2025'] ? self.split('@')[1] == 'latest' : true"
+    ),
+    "empty tag keys or values aren't supported": "self.all(k, k != '' && self[k] != '')",
+    "must have only one blockDeviceMappings with rootVolume": (
+        "self.filter(x, has(x.rootVolume)?x.rootVolume==true:false).size() <= 1"
+    ),
+    "snapshotID or volumeSize must be defined": "has(self.snapshotID) || has(self.volumeSize)",
+    "snapshotID must be set when volumeInitializationRate is set": (
+        "!has(self.volumeInitializationRate) || (has(self.snapshotID) && self.snapshotID != '')"
+    ),
+    "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']": (
+        "self.all(x, has(x.tags) || has(x.id) || has(x.instanceMatchCriteria))"
+    ),
+    "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term": (
+        "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))"
+    ),
+    "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set": (
+        "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)"
+    ),
+    "instanceProfile cannot be empty": "self != ''",
+    "role cannot be empty": "self != ''",
+    "networkInterfaces must include a primary interface with interfaceType='interface'": (
+        "self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')"
+    ),
+    "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one "
+    "efa device per network card": (
+        "self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 "
+        "&& (x.interfaceType != 'efa-only' || "
+        "self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))"
+    ),
+    "expected at least one, got none, ['name', 'id']": "has(self.name) || has(self.id)",
+    "'name' and 'id' are mutually exclusive": "!(has(self.name) && has(self.id))",
+    "securityGroupSelectorTerms cannot be empty": "self.size() != 0",
+    "expected at least one, got none, ['tags', 'id', 'name']": "self.all(x, has(x.tags) || has(x.id) || has(x.name))",
+    "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term": (
+        "!self.all(x, has(x.id) && (has(x.tags) || has(x.name)))"
+    ),
+    "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term": (
+        "!self.all(x, has(x.name) && (has(x.tags) || has(x.id)))"
+    ),
+    "subnetSelectorTerms cannot be empty": "self.size() != 0",
+    "expected at least one, got none, ['tags', 'id']": "self.all(x, has(x.tags) || has(x.id))",
+    "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term": (
+        "!self.all(x, has(x.id) && has(x.tags))"
+    ),
+    "empty tag keys aren't supported": "self.all(k, k != '')",
+    "tag contains a restricted tag matching eks:eks-cluster-name": "self.all(k, k !='eks:eks-cluster-name')",
+    "tag contains a restricted tag matching kubernetes.io/cluster/": "self.all(k, !k.startsWith('kubernetes.io/cluster') )",
+    **{
+        f"tag contains a restricted tag matching {t}": f"self.all(k, k != '{t}')"
+        for t in ("karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass")
+    },
+}
+
+attach_cel(AKS_NODE_CLASS, _AKS_CEL)
+attach_cel(EC2_NODE_CLASS, _EC2_CEL)
+
+
+def _nodeclass_status() -> Node:
+    from .nodepool import conditions
+
+    return obj(
+        {"conditions": conditions("The NodeClass's conditions (Ready, ...).")},
+        preserve=True,
+        description="The observed state of the NodeClass.",
+    )
+
+
+# As the CRDs publish status (see nodepool.NODEPOOL_STATUS). Upstream's KWOKNodeClass
+# defaults its status to Ready: kwok has nothing to resolve.
+AKS_NODE_CLASS_STATUS = _nodeclass_status()
+EC2_NODE_CLASS_STATUS = _nodeclass_status()
+KWOK_NODE_CLASS_STATUS = _nodeclass_status()
+KWOK_NODE_CLASS_STATUS.default = {
+    "conditions": [
+        {
+            "lastTransitionTime": "2024-01-01T01:01:01Z",
+            "message": "",
+            "reason": "Ready",
+            "status": "True",
+            "type": "Ready",
+        }
+    ]
+}
+
+__all__ = [
+    "AKS_NODE_CLASS",
+    "EC2_NODE_CLASS",
+    "KWOK_NODE_CLASS",
+    "AKS_NODE_CLASS_STATUS",
+    "EC2_NODE_CLASS_STATUS",
+    "KWOK_NODE_CLASS_STATUS",
+]

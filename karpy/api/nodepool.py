@@ -35,6 +35,7 @@ from .schema import (
     Ctx,
     Node,
     arr,
+    cel,
     check_duration_range,
     as_list,
     child,
@@ -108,18 +109,22 @@ def _numeric_ok(x: dict) -> bool:
 
 # self.all(x, P(x)) rules of the requirements list; reported at the failing item
 REQUIREMENTS_RULES = (
-    (
+    cel(
         lambda x: x.get("operator") != "In" or len(_values(x)) != 0,
         "requirements with operator 'In' must have a value defined",
+        "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
     ),
-    (
+    cel(
         lambda x: x.get("operator") not in NUMERIC_OPERATORS or _numeric_ok(x),
         "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
+        "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? "
+        "(x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
     ),
-    (
+    cel(
         lambda x: not (x.get("operator") == "In" and isinstance(x.get("minValues"), int))
         or len(_values(x)) >= x["minValues"],
         "requirements with 'minValues' must have at least that many values specified in the 'values' field",
+        "self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)",
     ),
 )
 
@@ -127,12 +132,31 @@ _KARPENTER_DOMAIN_MSG = 'label domain "karpenter.sh" is restricted'
 _NODEPOOL_LABEL_MSG = 'label "karpenter.sh/nodepool" is restricted'
 _HOSTNAME_LABEL_MSG = 'label "kubernetes.io/hostname" is restricted'
 
-NODEPOOL_KEY_RULES = (
-    (lambda k: not L.karpenter_domain_restricted(k), _KARPENTER_DOMAIN_MSG),
-    (lambda k: k != L.LABEL_NODEPOOL, _NODEPOOL_LABEL_MSG),
-    (lambda k: k != L.LABEL_HOSTNAME, _HOSTNAME_LABEL_MSG),
-)
+_ALLOWED_KARPENTER_KEYS = "[" + ", ".join(f'"{k}"' for k in L.KARPENTER_DOMAIN_ALLOWED) + "]"
+
+
+def _key_rules(var: str | None) -> tuple:
+    """The CRDs' label-key rules: on a requirement key (``self``) or, with ``var``, on every key
+    of a label map (``self.all(var, ...)``, checked per key by ``item_rules``)."""
+    k = var or "self"
+
+    def wrap(expr: str) -> str:
+        return f"self.all({var}, {expr})" if var else expr
+
+    return (
+        cel(
+            lambda key: not L.karpenter_domain_restricted(key),
+            _KARPENTER_DOMAIN_MSG,
+            wrap(f'{k} in {_ALLOWED_KARPENTER_KEYS} || !{k}.find("^([^/]+)").endsWith("{L.KARPENTER_GROUP}")'),
+        ),
+        cel(lambda key: key != L.LABEL_NODEPOOL, _NODEPOOL_LABEL_MSG, wrap(f'{k} != "{L.LABEL_NODEPOOL}"')),
+        cel(lambda key: key != L.LABEL_HOSTNAME, _HOSTNAME_LABEL_MSG, wrap(f'{k} != "{L.LABEL_HOSTNAME}"')),
+    )
+
+
+NODEPOOL_KEY_RULES = _key_rules(None)
 NODECLAIM_KEY_RULES = (NODEPOOL_KEY_RULES[0], NODEPOOL_KEY_RULES[2])
+NODEPOOL_LABEL_RULES = _key_rules("x")  # the same rules over spec.template.metadata.labels
 
 
 def _budget_rule(budget: dict) -> bool:
@@ -317,29 +341,43 @@ def _check_node_class_ref(ref: dict, path: str, ctx: Ctx) -> None:
 # --- schema -------------------------------------------------------------------
 
 
-def _taints() -> Node:
+def _taints(description: str) -> Node:
     return arr(
         obj(
             {
-                "effect": string(enum=TAINT_EFFECTS),
-                "key": string(min_len=1, pattern=QUALIFIED_KEY),
-                "timeAdded": string(fmt="date-time"),
-                "value": string(pattern=QUALIFIED_KEY),
+                "effect": string(enum=TAINT_EFFECTS, description="The effect of the taint on pods that do not tolerate it."),
+                "key": string(min_len=1, pattern=QUALIFIED_KEY, description="The taint key."),
+                "timeAdded": string(fmt="date-time", description="When the taint was added (NoExecute taints only)."),
+                "value": string(pattern=QUALIFIED_KEY, description="The taint value."),
             },
             required=("effect", "key"),
-        )
+        ),
+        list_type="atomic",
+        description=description,
     )
 
 
-def _node_class_ref() -> Node:
+def _node_class_ref(nodepool: bool) -> Node:
     return obj(
         {
-            "group": string(pattern=r"^[^/]*$", rules=[(_not_empty, "group may not be empty")]),
-            "kind": string(rules=[(_not_empty, "kind may not be empty")]),
-            "name": string(rules=[(_not_empty, "name may not be empty")]),
+            "group": string(
+                pattern=r"^[^/]*$",
+                rules=[cel(_not_empty, "group may not be empty", "self != ''")],
+                description="API group of the NodeClass (karpenter.azure.com, karpenter.k8s.aws, karpenter.kwok.sh).",
+            ),
+            "kind": string(rules=[cel(_not_empty, "kind may not be empty", "self != ''")], description="Kind of the NodeClass."),
+            "name": string(rules=[cel(_not_empty, "name may not be empty", "self != ''")], description="Name of the NodeClass."),
         },
         required=("group", "kind", "name"),
         checks=[_check_node_class_ref],
+        # on a NodeClaim the whole spec is immutable
+        transition_rules=[
+            ("self.group == oldSelf.group", "nodeClassRef.group is immutable"),
+            ("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable"),
+        ]
+        if nodepool
+        else [],
+        description="The provider-specific NodeClass that configures the nodes.",
     )
 
 
@@ -347,39 +385,71 @@ def _requirements(nodepool: bool) -> Node:
     key_rules = NODEPOOL_KEY_RULES if nodepool else NODECLAIM_KEY_RULES
     item = obj(
         {
-            "key": string(max_len=316, pattern=QUALIFIED_KEY, rules=key_rules, checks=[_check_requirement_key]),
-            "minValues": integer(minimum=1, maximum=50),
-            "operator": string(enum=OPERATORS),
-            "values": arr(string()),
+            "key": string(
+                max_len=316,
+                pattern=QUALIFIED_KEY,
+                rules=key_rules,
+                checks=[_check_requirement_key],
+                description="The label key the requirement applies to.",
+            ),
+            "minValues": integer(
+                minimum=1, maximum=50, description="The minimum number of distinct values the launch choice must keep open."
+            ),
+            "operator": string(enum=OPERATORS, description="How the key relates to the values."),
+            "values": arr(string(), list_type="atomic", description="The values (one non-negative integer for Gt, Lt, Gte, Lte)."),
         },
         required=("key", "operator"),
     )
     return arr(
         item,
         max_items=100,
+        list_type="atomic",
         item_rules=REQUIREMENTS_RULES,
         checks=[lambda reqs, path, ctx: _check_requirements_runtime(reqs, path, ctx, nodepool)],
+        description="Node selector requirements with minValues that every launched node satisfies.",
     )
 
 
 def _claim_spec_props(nodepool: bool) -> dict[str, Node]:
     return {
-        "expireAfter": string(default=DEFAULT_EXPIRE_AFTER, pattern=DURATION_OR_NEVER, checks=[check_duration_range]),
-        "nodeClassRef": _node_class_ref(),
+        "expireAfter": string(
+            default=DEFAULT_EXPIRE_AFTER,
+            pattern=DURATION_OR_NEVER,
+            checks=[check_duration_range],
+            description="How long a node lives before Karpenter deletes it (a duration or Never).",
+        ),
+        "nodeClassRef": _node_class_ref(nodepool),
         "requirements": _requirements(nodepool),
-        "startupTaints": _taints(),
-        "taints": _taints(),
-        "terminationGracePeriod": string(pattern=DURATION, checks=[check_duration_range]),
+        "startupTaints": _taints("Taints a daemon removes once the node is ready; pods need not tolerate them."),
+        "taints": _taints("Taints put on every node."),
+        "terminationGracePeriod": string(
+            pattern=DURATION,
+            checks=[check_duration_range],
+            description="How long a node may drain before it is deleted regardless of PodDisruptionBudgets.",
+        ),
     }
 
 
 def _budget() -> Node:
     return obj(
         {
-            "duration": string(pattern=BUDGET_DURATION, checks=[check_duration_range]),
-            "nodes": string(default=DEFAULT_BUDGET_NODES, pattern=BUDGET_NODES),
-            "reasons": arr(string(enum=DISRUPTION_REASONS), max_items=50, list_type="set"),
-            "schedule": string(pattern=SCHEDULE),
+            "duration": string(
+                pattern=BUDGET_DURATION,
+                checks=[check_duration_range],
+                description="How long the budget is active after each schedule hit (minutes and hours).",
+            ),
+            "nodes": string(
+                default=DEFAULT_BUDGET_NODES,
+                pattern=BUDGET_NODES,
+                description="How many of the NodePool's nodes may be disrupted at once (a count or a percentage).",
+            ),
+            "reasons": arr(
+                string(enum=DISRUPTION_REASONS),
+                max_items=50,
+                list_type="set",
+                description="The disruption reasons the budget applies to (all when omitted).",
+            ),
+            "schedule": string(pattern=SCHEDULE, description="A cron schedule (UTC) when the budget becomes active."),
         },
         required=("nodes",),
         checks=[_check_budget_schedule],
@@ -390,8 +460,9 @@ def _template_labels() -> Node:
     return mapping(
         string(max_len=63, pattern=LABEL_VALUE),
         max_props=100,
-        item_rules=NODEPOOL_KEY_RULES,
+        item_rules=NODEPOOL_LABEL_RULES,
         checks=[_check_template_labels],
+        description="Labels put on every node.",
     )
 
 NODEPOOL = obj(
@@ -407,37 +478,92 @@ NODEPOOL = obj(
                             _budget(),
                             default=[{"nodes": DEFAULT_BUDGET_NODES}],
                             max_items=50,
-                            item_rules=[(_budget_rule, "'schedule' must be set with 'duration'")],
+                            list_type="atomic",
+                            item_rules=[
+                                cel(
+                                    _budget_rule,
+                                    "'schedule' must be set with 'duration'",
+                                    "self.all(x, has(x.schedule) == has(x.duration))",
+                                )
+                            ],
+                            description="Limits on how many nodes may be disrupted at once; the most restrictive "
+                            "active budget applies.",
                         ),
-                        "consolidateAfter": string(default="0s", pattern=DURATION_OR_NEVER, checks=[check_duration_range]),
-                        "consolidationPolicy": string(default="WhenEmptyOrUnderutilized", enum=CONSOLIDATION_POLICIES),
+                        "consolidateAfter": string(
+                            default="0s",
+                            pattern=DURATION_OR_NEVER,
+                            checks=[check_duration_range],
+                            description="How long after a pod was added or removed a node may be consolidated "
+                            "(a duration or Never).",
+                        ),
+                        "consolidationPolicy": string(
+                            default="WhenEmptyOrUnderutilized",
+                            enum=CONSOLIDATION_POLICIES,
+                            description="Which nodes consolidation may disrupt: empty ones only, or underutilized ones too.",
+                        ),
                     },
                     default={"consolidateAfter": "0s"},
+                    description="How Karpenter may disrupt the NodePool's nodes.",
                 ),
-                "limits": quantity_map(checks=[_check_limits]),
-                "replicas": int64(minimum=0),
+                "limits": quantity_map(
+                    checks=[_check_limits],
+                    description="The most resources (cpu, memory, nodes, ...) the NodePool's nodes may add up to.",
+                ),
+                "replicas": int64(
+                    minimum=0,
+                    description="A static NodePool's node count (StaticCapacity); the NodePool is dynamic when omitted.",
+                ),
                 "template": obj(
                     {
-                        "metadata": obj({"annotations": string_map(), "labels": _template_labels()}),
+                        "metadata": obj(
+                            {
+                                "annotations": string_map(description="Annotations put on every node."),
+                                "labels": _template_labels(),
+                            }
+                        ),
                         "spec": obj(
                             _claim_spec_props(True),
                             required=("nodeClassRef", "requirements"),
                             checks=[_check_taints_runtime],
+                            description="The spec of the NodeClaims launched from this NodePool.",
                         ),
                     },
                     required=("spec",),
+                    description="The template of the NodeClaims Karpenter launches for this NodePool.",
                 ),
-                "weight": int32(minimum=1, maximum=100),
+                "weight": int32(
+                    minimum=1,
+                    maximum=100,
+                    description="The NodePool's priority: pods are scheduled against higher weights first.",
+                ),
             },
             required=("template",),
             rules=[
-                (_static_limits_rule, "only 'limits.nodes' is supported on static NodePools"),
-                (_static_weight_rule, "'weight' is not supported on static NodePools"),
+                cel(
+                    _static_limits_rule,
+                    "only 'limits.nodes' is supported on static NodePools",
+                    "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
+                    "(size(self.limits) == 1 && 'nodes' in self.limits))",
+                ),
+                cel(
+                    _static_weight_rule,
+                    "'weight' is not supported on static NodePools",
+                    "!has(self.replicas) || !has(self.weight)",
+                ),
             ],
+            transition_rules=[
+                (
+                    "has(self.replicas) == has(oldSelf.replicas)",
+                    "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) "
+                    "provisioning modes",
+                )
+            ],
+            description="Which nodes Karpenter may launch for pending pods, and how it may disrupt them.",
         ),
         "status": opaque_obj(),
     },
     required=("spec",),
+    description="NodePool: a set of constraints and a template from which Karpenter launches nodes.",
 )
 
 NODECLAIM = obj(
@@ -446,15 +572,80 @@ NODECLAIM = obj(
         "kind": string(),
         "metadata": object_meta(),
         "spec": obj(
-            {**_claim_spec_props(False), "resources": obj({"requests": quantity_map()})},
+            {
+                **_claim_spec_props(False),
+                "resources": obj(
+                    {"requests": quantity_map(description="The resources the pods scheduled to the node request.")},
+                    description="The resources the node must offer.",
+                ),
+            },
             required=("nodeClassRef", "requirements"),
             checks=[_check_taints_runtime],
+            transition_rules=[("self == oldSelf", "spec is immutable")],
+            description="The node Karpenter launches: its requirements, taints and NodeClass.",
         ),
         "status": opaque_obj(),
     },
     required=("spec",),
+    description="NodeClaim: Karpenter's request for one node, and the node's lifecycle.",
 )
 
+
+# --- status, as the CRDs publish it -------------------------------------------
+#
+# Manifests are validated with an opaque status (the API server ignores the status of a
+# created object); the CRDs declare upstream's status fields so that kubectl explain,
+# printer columns and the scale subresource have types. They keep unknown fields and
+# leave out upstream's required condition fields, so no status karpy writes is refused.
+
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+def conditions(description: str = "The object's conditions.") -> Node:
+    """A list of metav1.Condition, keyed by type."""
+    return arr(
+        obj(
+            {
+                "lastTransitionTime": string(fmt="date-time", description="When the condition last changed status."),
+                "message": string(max_len=32768, description="A human-readable message about the transition."),
+                "observedGeneration": int64(minimum=0, description="The generation the condition was set for."),
+                "reason": string(max_len=1024, description="A CamelCase reason for the last transition."),
+                "status": string(enum=CONDITION_STATUSES, description="True, False or Unknown."),
+                "type": string(max_len=316, description="The condition type."),
+            },
+            required=("type",),
+            preserve=True,
+        ),
+        list_type="map",
+        map_keys=("type",),
+        description=description,
+    )
+
+
+NODEPOOL_STATUS = obj(
+    {
+        "conditions": conditions("The NodePool's conditions (Ready, ValidationSucceeded, NodeClassReady, ...)."),
+        "nodeClassObservedGeneration": int64(description="The generation of the NodeClass last seen."),
+        "nodes": int64(default=0, description="How many nodes the NodePool has."),
+        "resources": quantity_map(description="The resources of the NodePool's nodes, added up."),
+    },
+    preserve=True,
+    description="The observed state of the NodePool.",
+)
+
+NODECLAIM_STATUS = obj(
+    {
+        "allocatable": quantity_map(description="The resources available to pods on the node."),
+        "capacity": quantity_map(description="The node's resources."),
+        "conditions": conditions("The NodeClaim's conditions (Launched, Registered, Initialized, Ready, Drifted, ...)."),
+        "imageID": string(description="The image the instance runs."),
+        "lastPodEventTime": string(fmt="date-time", description="When a pod was last scheduled to or removed from the node."),
+        "nodeName": string(description="The name of the Node registered for this NodeClaim."),
+        "providerID": string(description="The cloud provider's ID of the instance."),
+    },
+    preserve=True,
+    description="The observed state of the NodeClaim.",
+)
 
 def prepare(obj_: dict, ctx: Ctx) -> None:
     """Find the provider (from nodeClassRef.group) whose label rules apply."""
@@ -494,4 +685,5 @@ def node_class_group(obj_: dict) -> str | None:
     return g if isinstance(g, str) else None
 
 
-__all__ = ["NODEPOOL", "NODECLAIM", "prepare", "node_class_group", "transition_errors"]
+__all__ = ["NODEPOOL", "NODECLAIM", "NODEPOOL_STATUS", "NODECLAIM_STATUS", "conditions", "prepare", "node_class_group",
+           "transition_errors"]

@@ -11,6 +11,12 @@ hooks for what OpenAPI cannot say:
 - ``checks``: ``fn(value, path, ctx)`` functions that report any number of
   errors themselves (the built-in kinds' Go validation lives here).
 
+For the CustomResourceDefinitions karpy publishes (:mod:`karpy.api.crds`) a node
+also carries what only the CRD needs: a ``description``, the CEL text of each
+rule (write the rule with :func:`cel`), and ``transition_rules``, CEL rules over
+``oldSelf`` that the walker cannot evaluate (karpy checks them on updates in
+Python, e.g. ``nodepool.transition_errors``).
+
 ``walk`` applies defaults top-down (as the API server does before validating)
 and collects every error; it never raises for bad input.
 
@@ -206,6 +212,8 @@ class Node:
         "fmt",
         "item",
         "allow_float",
+        "description",
+        "transition_rules",
     )
 
     def __init__(
@@ -236,6 +244,8 @@ class Node:
         fmt: str | None = None,
         item: "Node | None" = None,
         allow_float: bool = False,
+        description: str | None = None,
+        transition_rules: Iterable[tuple[str, str]] = (),
     ):
         self.type = type
         self.props = props
@@ -262,8 +272,66 @@ class Node:
         self.fmt = fmt
         self.item = item
         self.allow_float = allow_float
+        self.description = description
+        self.transition_rules = tuple(transition_rules)  # (CEL rule, message): for the CRD only
         if type == "object" and props is None and additional is None:
             self.preserve = True  # an object with no declared shape keeps whatever it holds
+
+
+class Rule(tuple):
+    """A ``(predicate, message)`` rule that also carries its CEL text (``.cel``).
+
+    It unpacks as the plain pair the walker expects; :mod:`karpy.api.crds` publishes
+    ``.cel`` as the rule of the CRD's ``x-kubernetes-validations`` entry. For a rule
+    given in ``item_rules`` the CEL is the whole rule on the list or map
+    (``self.all(x, ...)``), as upstream writes it.
+    """
+
+    cel: str
+
+    def __new__(cls, predicate: Callable[[Any], bool], message: str, cel_text: str) -> "Rule":
+        r = super().__new__(cls, (predicate, message))
+        r.cel = cel_text
+        return r
+
+
+def cel(predicate: Callable[[Any], bool], message: str, rule: str) -> Rule:
+    """A rule checked in Python by ``predicate``, published in the CRD as the CEL ``rule``."""
+    return Rule(predicate, message, rule)
+
+
+def rule_cel(rule: Any) -> str | None:
+    """The CEL text of a rule, or None for a bare ``(predicate, message)`` pair."""
+    return getattr(rule, "cel", None)
+
+
+def attach_cel(root: Node, table: dict[str, str]) -> Node:
+    """Give every bare ``(predicate, message)`` rule under ``root`` the CEL text ``table[message]``.
+
+    For modules that keep upstream's CEL in one table beside their Python rules rather
+    than at each rule. Rules already written with :func:`cel`, and messages the table
+    does not name, are left as they are (:mod:`karpy.api.crds` refuses a rule without CEL).
+    """
+    seen: set[int] = set()
+
+    def fix(rules: tuple) -> tuple:
+        return tuple(
+            r if rule_cel(r) is not None or r[1] not in table else Rule(r[0], r[1], table[r[1]]) for r in rules
+        )
+
+    def visit(n: Node | None) -> None:
+        if n is None or id(n) in seen:
+            return
+        seen.add(id(n))
+        n.rules = fix(n.rules)
+        n.item_rules = fix(n.item_rules)
+        for sub in (n.props or {}).values():
+            visit(sub)
+        visit(n.additional)
+        visit(n.item)
+
+    visit(root)
+    return root
 
 
 # --- constructors -----------------------------------------------------------

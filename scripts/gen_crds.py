@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Write karpy's CustomResourceDefinitions to deploy/crds/ (one file per CRD).
+
+    python scripts/gen_crds.py            # (re)write deploy/crds/*.yaml
+    python scripts/gen_crds.py --check    # exit 1 if deploy/crds/ is out of date
+
+The CRDs come from karpy's own API schema (karpy.api.crds); rerun this after
+changing karpy/api/nodepool.py or karpy/api/nodeclass.py. Files in
+deploy/crds/ that no CRD produces any more are removed (or reported by --check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from karpy.api.crds import files  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="report differences instead of writing")
+    ap.add_argument("--out", type=Path, default=ROOT / "deploy" / "crds", help="the directory to write")
+    args = ap.parse_args(argv)
+
+    want = files()
+    out: Path = args.out
+    have = {p.name: p.read_text() for p in sorted(out.glob("*.yaml"))} if out.is_dir() else {}
+    stale = sorted(n for n in want if have.get(n) != want[n])
+    extra = sorted(n for n in have if n not in want)
+    if args.check:
+        for n in stale:
+            print(f"{out / n}: out of date", file=sys.stderr)
+        for n in extra:
+            print(f"{out / n}: no CRD produces it", file=sys.stderr)
+        if stale or extra:
+            print("run: python scripts/gen_crds.py", file=sys.stderr)
+            return 1
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    for n in stale:
+        (out / n).write_text(want[n])
+        print(f"wrote {out / n}")
+    for n in extra:
+        (out / n).unlink()
+        print(f"removed {out / n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
