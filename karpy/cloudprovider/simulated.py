@@ -385,3 +385,75 @@ class SimulatedCloudProvider:
     def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
         self.ice[(instance_type, zone, capacity_type)] = self.clock.now() + ICE_TTL
         self.ice_version += 1
+
+
+# --- a restarted controller: the instances it launched before, rebuilt from the cluster -----------------
+_PROVIDER_ID_SCHEMES = {"kwok": "kwok://", "azure": "azure://", "aws": "aws://"}
+
+
+def adopt_instances(provider: SimulatedCloudProvider, nodeclaims: list[dict], nodes: list[dict]) -> list[str]:
+    """Give back to ``provider``'s cloud the instances of launched NodeClaims (``karpy controller``
+    keeps instances in memory; after a restart or a change of leader they are rebuilt from the API).
+
+    A NodeClaim whose Node has not registered yet registers after what is left of the registration
+    delay. A NodeClaim without a provider ID was never launched and is left to the lifecycle
+    controller, which launches it (upstream relaunches such a NodeClaim through Create). Returns the
+    names of the Nodes this provider launched that no NodeClaim claims (orphans, for garbage collection)."""
+    from ..kube.times import parse_time
+
+    cloud = provider.cloud
+    now = provider.clock.now()
+    by_pid = {(n.get("spec") or {}).get("providerID"): n for n in nodes if (n.get("spec") or {}).get("providerID")}
+    claimed: set[str] = set()
+    for claim in nodeclaims:
+        status = claim.get("status") or {}
+        pid = status.get("providerID")
+        if not pid:
+            continue
+        claimed.add(pid)
+        ref = (claim.get("spec") or {}).get("nodeClassRef") or {}
+        if pid in cloud.instances or not provider.serves(ref):
+            continue
+        labels = dict((claim.get("metadata") or {}).get("labels") or {})
+        cat = provider.catalog(ref)
+        nodeclass = provider.lookup(ref.get("kind") or cat.nodeclass_kind, ref.get("name", ""))
+        region = cloud.region_for(cat)
+        it = next((t for t in cat.instance_types(region, nodeclass) if t.name == labels.get(LABEL_INSTANCE_TYPE)), None)
+        if it is None or not it.offerings:
+            continue
+        o = next((x for x in it.offerings if x.zone == labels.get(LABEL_ZONE)
+                  and x.capacity_type == labels.get(LABEL_CAPACITY_TYPE)), it.offerings[0])
+        node = by_pid.get(pid)
+        claim_name = claim["metadata"]["name"]
+        if node is not None:
+            node_name = node["metadata"]["name"]
+        elif cat.name == "azure":
+            node_name = f"aks-{claim_name}"
+        elif cat.name == "aws":
+            node_name = status.get("nodeName") or claim_name
+        else:
+            node_name = claim_name
+        launched = now
+        for c in status.get("conditions") or ():
+            if c.get("type") == "Launched":
+                launched = parse_time(c.get("lastTransitionTime")) or now
+        spec = claim.get("spec") or {}
+        taints = [dict(t) for t in spec.get("taints") or ()] + [dict(t) for t in spec.get("startupTaints") or ()]
+        taints.append(dict(UNREGISTERED_TAINT))
+        labels.pop(LABEL_HOSTNAME, None)
+        inst = Instance(pid, node_name, claim_name, it, o, cat, region, launched, labels, taints,
+                        {PRICE_ANNOTATION: f"{o.price:.4f}", **({PRICE_ESTIMATED_ANNOTATION: "true"} if o.price_estimated else {})})
+        cloud.instances[pid] = inst
+        if node is None:
+            delay = max(0.0, launched + cat.registration_delay(nodeclass) - now)
+            provider.clock.call_later(delay, lambda inst=inst: cloud._register(inst), keepalive=True,
+                                      label=f"register/{node_name}")
+    schemes = tuple(_PROVIDER_ID_SCHEMES[c] for c in _PROVIDER_ID_SCHEMES
+                    if provider.kinds is None or get_provider(c).nodeclass_kind in provider.kinds)
+    orphans = []
+    for pid, n in by_pid.items():
+        if pid in claimed or not str(pid).startswith(schemes):
+            continue
+        if ((n.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL):
+            orphans.append(n["metadata"]["name"])
+    return sorted(orphans)

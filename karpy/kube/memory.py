@@ -151,6 +151,7 @@ class MemoryAPI:
         self.write_hooks: list[Callable[[str, dict, dict | None], None]] = []  # (type, obj, old) after every write
         self.evicted_uids: set[str] = set()  # pods the Eviction API deleted (until someone takes note)
         self.keep_history = history  # off when no client will resume a watch (karpy simulate)
+        self.history_limit: int | None = None  # watch events kept per kind (None: the module's HISTORY)
         self._event_seq = 0
 
     # --- reading -----------------------------------------------------------------------------
@@ -231,7 +232,8 @@ class MemoryAPI:
             if hist is None:
                 hist = self._history[kind] = deque()
             hist.append((rv, etype, obj, old))
-            if len(hist) > HISTORY:
+            limit = HISTORY if self.history_limit is None else self.history_limit
+            while len(hist) > limit:
                 dropped = hist.popleft()
                 self._history_floor[kind] = dropped[0]
         watchers = self._watchers.get(kind)

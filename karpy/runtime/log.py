@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from typing import Any, Callable, TextIO
 
 from ..kube.times import fmt_time
@@ -28,6 +29,7 @@ class Logger:
         self.logger = logger
         self.listeners: list[Callable[[dict], None]] = []
         self.listen_for: set[str] | None = None  # messages the listeners want (None: every one)
+        self._lock = threading.Lock()  # karpy controller logs from several threads
 
     def wants(self, level: str, message: str) -> bool:
         """Would a record at this level with this message go anywhere? (Callers may skip building it.)"""
@@ -51,8 +53,10 @@ class Logger:
         if self.keep:
             self.records.append(rec)
         if self.stream is not None:
-            self.stream.write(json.dumps(rec, default=str) + "\n")
-            self.stream.flush()
+            line = json.dumps(rec, default=str) + "\n"
+            with self._lock:
+                self.stream.write(line)
+                self.stream.flush()
 
     def info(self, message: str, controller: str = "", **values: Any) -> None:
         self.log("info", message, controller, **values)

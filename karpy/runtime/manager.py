@@ -17,6 +17,7 @@ list-then-watch informers on other threads).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Iterable, Protocol
 
@@ -65,7 +66,10 @@ class Manager:
         self.synced = threading.Event()
         self.reconciles = 0
         self.errors: list[tuple[str, BaseException]] = []
+        self.failures = 0
         self.on_error: Callable[[str, Any, BaseException], None] | None = None
+        self.on_reconcile: Callable[[str, float, bool], None] | None = None  # (controller, seconds, failed): metrics
+        self.informer_log: Callable[..., None] | None = None
 
     # --- registration --------------------------------------------------------------------
     def add(self, controller: Controller) -> None:
@@ -122,6 +126,18 @@ class Manager:
 
             hooks.append(hook)
             self.synced.set()
+        else:  # a real API server: list-then-watch informers on their own threads (karpy.kube.informer)
+            from ..kube.informer import Informers
+
+            self.informers = Informers(self.api, list(self._handlers), self.feed, on_synced=self.synced.set,
+                                       log=self.informer_log)
+            self.informers.start()
+
+    def stop(self) -> None:
+        """Stop the informers (a real API server's watches)."""
+        informers = getattr(self, "informers", None)
+        if informers is not None:
+            informers.stop()
 
     def pump(self) -> int:
         """Deliver the changes that have arrived to the store and the handlers."""
@@ -200,6 +216,17 @@ class Manager:
 
     def _run(self, controller: Controller, key: Any, qk: tuple) -> None:
         self.reconciles += 1
+        if self.on_reconcile is not None:
+            t0 = time.perf_counter()
+            n_failures = self.failures
+            try:
+                self._reconcile(controller, key, qk)
+            finally:
+                self.on_reconcile(controller.name, time.perf_counter() - t0, self.failures > n_failures)
+            return
+        self._reconcile(controller, key, qk)
+
+    def _reconcile(self, controller: Controller, key: Any, qk: tuple) -> None:
         try:
             after = controller.reconcile(key)
         except E.Conflict:
@@ -225,6 +252,7 @@ class Manager:
         n = self._conflicts.get(qk, 0) + 1
         self._conflicts[qk] = n
         self.errors.append((controller.name, e))
+        self.failures += 1
         if self.on_error is not None:
             self.on_error(controller.name, key, e)
         self.requeue_after(controller, key, min(300.0, 0.005 * 2 ** min(n, 16)))

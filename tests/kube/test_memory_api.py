@@ -421,8 +421,8 @@ def test_watch_resumes_from_a_resource_version(api):
     assert [(e.type, e.object["metadata"]["name"]) for e in w.poll()] == [(ADDED, "b"), (MODIFIED, "a")]
 
 
-def test_watch_from_a_resource_version_too_old_is_410_gone(api, monkeypatch):
-    monkeypatch.setattr(memory, "HISTORY", 3)
+def test_watch_from_a_resource_version_too_old_is_410_gone(api):
+    api.history_limit = 3  # watch events kept per kind
     first = api.create(cm("a"))
     for i in range(5):
         api.patch("ConfigMap", "a", {"data": {"k": str(i)}}, "default")

@@ -1,0 +1,1 @@
+"""``karpy controller``: Karpenter against a real Kubernetes API server (see process.py)."""

@@ -1,0 +1,69 @@
+"""``karpy controller``: the click command (registered by :mod:`karpy.cli`)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from .settings import SettingsError, resolve
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command("controller", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--kubeconfig", default=None, help="Path to a kubeconfig ($KUBECONFIG, ~/.kube/config; in a pod: the service account).")
+@click.option("--context", default=None, help="The kubeconfig context to use.")
+@click.option("--namespace", default=None, help="Namespace of the leader election Lease [default: kube-system, or the pod's].")
+@click.option("--cloud-provider", "cloud_provider", default=None, help="kwok or simulated [CLOUD_PROVIDER; default: kwok].")
+@click.option("--metrics-port", "metrics_port", default=None, help="Port of /metrics [METRICS_PORT; default: 8080].")
+@click.option("--health-probe-port", "health_probe_port", default=None,
+              help="Port of /healthz and /readyz [HEALTH_PROBE_PORT; default: 8081].")
+@click.option("--leader-elect", "leader_elect", default=None, is_flag=False, flag_value="true",
+              help="Elect a leader on a Lease before reconciling: true|false [LEADER_ELECT; default: true].")
+@click.option("--feature-gates", "feature_gates", default=None, help="K=true|false,... [FEATURE_GATES].")
+@click.option("--batch-idle-duration", "batch_idle_duration", default=None,
+              help="Provisioning batch idle time [BATCH_IDLE_DURATION; default: 1s].")
+@click.option("--batch-max-duration", "batch_max_duration", default=None,
+              help="Longest provisioning batch [BATCH_MAX_DURATION; default: 10s].")
+@click.option("--log-level", "log_level", default=None, help="debug, info, warn or error [LOG_LEVEL; default: info].")
+@click.option("--cluster-name", "cluster_name", default=None, help="Cluster name [CLUSTER_NAME].")
+@click.option("--min-values-policy", "min_values_policy", default=None, help="Strict or BestEffort [MIN_VALUES_POLICY].")
+def controller(**flags: object) -> None:
+    """Run Karpenter's controllers against a Kubernetes API server."""
+    try:
+        settings = resolve(flags)
+    except SettingsError as e:
+        _fail(str(e))
+        return
+    from ..kube.client import ConfigError, KubeClient, load_config
+
+    try:
+        config, _ = load_config(settings.kubeconfig, settings.context)
+        api = KubeClient(config)
+    except ConfigError as e:
+        _fail(f"--kubeconfig: {e}")
+        return
+    from .process import ControllerProcess
+
+    try:
+        proc = ControllerProcess(settings, api)
+        proc.start()
+    except OSError as e:  # a port in use
+        api.close()
+        _fail(str(e))
+        return
+
+    def on_signal(signum: int, frame: object) -> None:
+        proc.request_stop()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    code = proc.run()
+    sys.exit(code)

@@ -1,0 +1,250 @@
+"""Prometheus metrics with upstream Karpenter's names and labels, where karpy has the behaviour.
+
+Nothing in the controllers calls this module. Counters and histograms come
+from listening: to the structured log records the controllers already write
+("created nodeclaim", "deleted nodeclaim", "disrupting node(s)") and to the
+manager's reconcile hook (durations). Gauges are read from the informer cache
+when Prometheus scrapes (the Nodes, Pods and NodePools the manager holds).
+
+Labels follow kubernetes-sigs/karpenter:
+
+* ``karpenter_nodeclaims_created_total{reason,nodepool,min_values_relaxed}``
+* ``karpenter_nodeclaims_terminated_total{nodepool,capacity_type,zone}``
+* ``karpenter_nodes_allocatable{<well-known labels>,node_name,phase,managed,resource_type}``
+* ``karpenter_pods_state{name,namespace,owner,node,scheduled,nodepool,zone,arch,capacity_type,instance_type,phase,ready,managed}``
+* ``karpenter_scheduler_scheduling_duration_seconds{controller}`` (and its older name
+  ``karpenter_provisioner_scheduling_duration_seconds``)
+* ``karpenter_voluntary_disruption_decisions_total{decision,reason,consolidation_type}``
+* ``karpenter_nodepools_usage{resource_type,nodepool}``, ``karpenter_nodepools_limit{resource_type,nodepool}``
+* ``controller_runtime_reconcile_total{controller,result}``, ``controller_runtime_reconcile_time_seconds{controller}``
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from .. import resources as res
+from ..api.labels import WELL_KNOWN_LABELS
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+                    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50,
+                    60, 120, 150, 300, 450, 600)
+NODEPOOL = "karpenter.sh/nodepool"
+CAPACITY_TYPE = "karpenter.sh/capacity-type"
+ZONE = "topology.kubernetes.io/zone"
+ARCH = "kubernetes.io/arch"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
+PROVISIONER = "provisioner"
+
+# karpy's creation reasons -> upstream's reason label values
+CREATE_REASONS = {"provisioning": "provisioned"}
+
+
+def _snake(label_key: str) -> str:
+    return label_key.split("/", 1)[-1].lower().replace("-", "_")
+
+
+WELL_KNOWN = sorted(WELL_KNOWN_LABELS)
+NODE_LABELS = [_snake(k) for k in WELL_KNOWN] + ["node_name", "phase", "managed", "resource_type"]
+POD_LABELS = ["name", "namespace", "owner", "node", "scheduled", "nodepool", "zone", "arch", "capacity_type",
+              "instance_type", "phase", "ready", "managed"]
+
+
+def _resource_value(name: str, quantity: Any) -> float:
+    """A quantity as upstream exports it: cores for cpu, bytes for memory, counts otherwise."""
+    try:
+        q = res.parse_quantity(quantity)
+    except (ValueError, TypeError):
+        return 0.0
+    return float(q)
+
+
+def _resource_name(name: str) -> str:
+    return name.lower().replace("-", "_").replace("/", "_").replace(".", "_")
+
+
+def _safe_values(store: dict | None) -> list[dict]:
+    for _ in range(5):
+        try:
+            return list((store or {}).values())
+        except RuntimeError:  # changed size during iteration (the manager thread writes)
+            continue
+    return []
+
+
+class Metrics:
+    def __init__(self, mgr: Any = None):
+        self.mgr = mgr
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.nodeclaims_created = Counter(
+            "karpenter_nodeclaims_created_total",
+            "Number of nodeclaims created in total by Karpenter. Labeled by reason the nodeclaim was created, "
+            "the owning nodepool, and if min values was relaxed for this nodeclaim.",
+            ["reason", "nodepool", "min_values_relaxed"], registry=r)
+        self.nodeclaims_terminated = Counter(
+            "karpenter_nodeclaims_terminated_total",
+            "Number of nodeclaims terminated in total by Karpenter. Labeled by the owning nodepool, capacity "
+            "type, and zone.", ["nodepool", "capacity_type", "zone"], registry=r)
+        self.decisions = Counter(
+            "karpenter_voluntary_disruption_decisions_total",
+            "Number of disruption decisions performed. Labeled by disruption decision, reason, and "
+            "consolidation type.", ["decision", "reason", "consolidation_type"], registry=r)
+        self.scheduling = Histogram(
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "Duration of scheduling simulations used for deprovisioning and provisioning in seconds.",
+            ["controller"], buckets=DURATION_BUCKETS, registry=r)
+        self.provisioner_scheduling = Histogram(
+            "karpenter_provisioner_scheduling_duration_seconds",
+            "Duration of scheduling process in seconds (the name before karpenter v1).",
+            [], buckets=DURATION_BUCKETS, registry=r)
+        self.reconcile_total = Counter(
+            "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
+            ["controller", "result"], registry=r)
+        self.reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller",
+            ["controller"], buckets=DURATION_BUCKETS, registry=r)
+        r.register(_StateCollector(self))
+        self._lock = threading.Lock()
+        self._solves = 0
+        self.provisioner: Any = None  # karpy.controllers.provisioning.Provisioner (its solve counter)
+
+    # --- wiring -------------------------------------------------------------------------------------
+    def attach(self, mgr: Any, log: Any, provisioner: Any = None) -> None:
+        self.mgr = mgr
+        self.provisioner = provisioner
+        self._solves = getattr(provisioner, "solves", 0)
+        log.listeners.append(self.on_log)
+        if log.listen_for is not None:
+            log.listen_for |= {"created nodeclaim", "deleted nodeclaim", "disrupting node(s)"}
+        mgr.on_reconcile = self.on_reconcile
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # --- listeners ----------------------------------------------------------------------------------
+    def on_log(self, rec: dict) -> None:
+        msg = rec.get("message")
+        if msg == "created nodeclaim":
+            np = (rec.get("NodePool") or {}).get("name", "")
+            reason = str(rec.get("reason") or "provisioning")
+            relaxed = "false"
+            claim = self._claim((rec.get("NodeClaim") or {}).get("name"))
+            if claim is not None and (claim["metadata"].get("annotations") or {}).get(MIN_VALUES_RELAXED) == "true":
+                relaxed = "true"
+            self.nodeclaims_created.labels(CREATE_REASONS.get(reason, reason.lower()), np, relaxed).inc()
+        elif msg == "deleted nodeclaim":
+            claim = self._claim((rec.get("NodeClaim") or {}).get("name"))
+            labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
+            self.nodeclaims_terminated.labels(labels.get(NODEPOOL, ""), labels.get(CAPACITY_TYPE, ""),
+                                              labels.get(ZONE, "")).inc()
+        elif msg == "disrupting node(s)":
+            method = str(rec.get("method") or "")
+            ctype = {"emptiness": "empty", "single": "single", "multi": "multi"}.get(method, "")
+            self.decisions.labels(str(rec.get("decision") or ""), str(rec.get("reason") or "").lower(), ctype).inc()
+
+    def on_reconcile(self, controller: str, seconds: float, failed: bool) -> None:
+        self.reconcile_total.labels(controller, "error" if failed else "success").inc()
+        self.reconcile_time.labels(controller).observe(seconds)
+        p = self.provisioner
+        if p is not None and controller == getattr(p, "name", None):
+            solves = getattr(p, "solves", 0)
+            if solves != self._solves:
+                self._solves = solves
+                self.scheduling.labels(PROVISIONER).observe(seconds)
+                self.provisioner_scheduling.observe(seconds)
+
+    def _claim(self, name: str | None) -> dict | None:
+        if not name or self.mgr is None:
+            return None
+        return self.mgr.get("NodeClaim", name)
+
+
+class _StateCollector:
+    """Gauges computed from the informer cache at scrape time."""
+
+    def __init__(self, metrics: Metrics):
+        self.m = metrics
+
+    def describe(self) -> Iterable:
+        return []
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        mgr = self.m.mgr
+        store = getattr(mgr, "store", {}) if mgr is not None else {}
+        nodes = _safe_values(store.get("Node"))
+        pods = _safe_values(store.get("Pod"))
+        pools = _safe_values(store.get("NodePool"))
+        yield self._allocatable(nodes)
+        yield self._pods(pods, {n["metadata"]["name"]: n for n in nodes})
+        usage, limit = self._nodepools(pools, nodes)
+        yield usage
+        yield limit
+
+    @staticmethod
+    def _allocatable(nodes: list[dict]) -> GaugeMetricFamily:
+        g = GaugeMetricFamily("karpenter_nodes_allocatable", "Node allocatable are the resources allocatable by nodes.",
+                              labels=NODE_LABELS)
+        for n in nodes:
+            labels = (n.get("metadata") or {}).get("labels") or {}
+            base = [labels.get(k, "") for k in WELL_KNOWN]
+            phase = str((n.get("status") or {}).get("phase") or "")
+            managed = "true" if labels.get(NODEPOOL) else "false"
+            for rname, q in sorted(((n.get("status") or {}).get("allocatable") or {}).items()):
+                g.add_metric(base + [n["metadata"]["name"], phase, managed, _resource_name(rname)],
+                             _resource_value(rname, q))
+        return g
+
+    @staticmethod
+    def _pods(pods: list[dict], nodes: dict[str, dict]) -> GaugeMetricFamily:
+        g = GaugeMetricFamily("karpenter_pods_state",
+                              "Pod state is the current state of pods. This metric can be used several ways as it is "
+                              "labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, "
+                              "capacity type, instance type, pod phase, and pod readiness.", labels=POD_LABELS)
+        for p in pods:
+            meta = p.get("metadata") or {}
+            spec = p.get("spec") or {}
+            status = p.get("status") or {}
+            owners = meta.get("ownerReferences") or ()
+            owner = ""
+            if owners:
+                o = owners[0]
+                owner = f"/apis/{o.get('apiVersion', '')}/namespaces/{meta.get('namespace', '')}/" \
+                        f"{str(o.get('kind', '')).lower()}s/{o.get('name', '')}"
+            node_name = spec.get("nodeName") or ""
+            nl = ((nodes.get(node_name) or {}).get("metadata") or {}).get("labels") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+            g.add_metric([meta.get("name", ""), meta.get("namespace", ""), owner, node_name,
+                          "true" if node_name else "false", nl.get(NODEPOOL, ""), nl.get(ZONE, ""), nl.get(ARCH, ""),
+                          nl.get(CAPACITY_TYPE, ""), nl.get(INSTANCE_TYPE, ""), str(status.get("phase") or ""),
+                          "true" if ready else "false", "true" if nl.get(NODEPOOL) else "false"], 1.0)
+        return g
+
+    @staticmethod
+    def _nodepools(pools: list[dict], nodes: list[dict]) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        usage = GaugeMetricFamily("karpenter_nodepools_usage",
+                                  "The amount of resources that have been provisioned for a nodepool. Labeled by "
+                                  "nodepool name and resource type.", labels=["resource_type", "nodepool"])
+        limit = GaugeMetricFamily("karpenter_nodepools_limit",
+                                  "Limits specified on the nodepool that restrict the quantity of resources "
+                                  "provisioned. Labeled by nodepool name and resource type.",
+                                  labels=["resource_type", "nodepool"])
+        for np in pools:
+            name = np["metadata"]["name"]
+            used = (np.get("status") or {}).get("resources")
+            if used is None:  # not counted yet: the capacity of its nodes
+                total: dict[str, int] = {}
+                for n in nodes:
+                    if ((n.get("metadata") or {}).get("labels") or {}).get(NODEPOOL) == name:
+                        total = res.add(total, res.parse_resource_list((n.get("status") or {}).get("capacity")))
+                used = res.format_resource_list(total)
+            for rname, q in sorted(used.items()):
+                usage.add_metric([_resource_name(rname), name], _resource_value(rname, q))
+            for rname, q in sorted(((np.get("spec") or {}).get("limits") or {}).items()):
+                limit.add_metric([_resource_name(rname), name], _resource_value(rname, q))
+        return usage, limit
