@@ -1,0 +1,170 @@
+"""``karpy sandbox``: a Kubernetes API server in one process, holding a simulated cluster.
+
+See ``../shared/contract/controller.md`` (section ``karpy sandbox``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+
+import click
+
+CONTEXT = "karpy-sandbox"
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def kubeconfig_text(url: str, *, token: str | None = None, ca_file: str | None = None) -> str:
+    import base64
+
+    cluster: dict = {"server": url}
+    if ca_file:
+        with open(ca_file, "rb") as f:
+            cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
+    user: dict = {"token": token} if token else {}
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": CONTEXT, "cluster": cluster}],
+        "users": [{"name": CONTEXT, "user": user}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
+        "current-context": CONTEXT,
+    }
+    return json.dumps(doc, indent=2) + "\n"  # JSON is YAML; every kubeconfig reader takes it
+
+
+def _write_kubeconfig(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+@click.command("sandbox")
+@click.argument("paths", nargs=-1)
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=6443, show_default=True, type=int, help="Port to listen on (0: any free port).")
+@click.option("--kubeconfig", "kubeconfig", default="karpy-sandbox.kubeconfig", show_default=True,
+              help="Where to write a kubeconfig for the sandbox (context karpy-sandbox).")
+@click.option("--speed", default=1.0, show_default=True, type=float,
+              help="How many times faster than real time the simulated clock runs.")
+@click.option("--no-karpenter", "no_karpenter", is_flag=True,
+              help="Run the simulated cluster without Karpenter's controllers (for karpy controller or another client).")
+@click.option("--region", default=None, help="Region of the cloud catalog (default: per provider).")
+@click.option("--tls-cert", "tls_cert", default=None, help="TLS certificate (required off loopback).")
+@click.option("--tls-key", "tls_key", default=None, help="TLS private key (required off loopback).")
+@click.option("--token-file", "token_file", default=None, help="File holding the bearer token clients must send.")
+@click.option("--log-level", "log_level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warn", "error"]), help="Level of Karpenter's logs (stdout).")
+@click.option("--watch-history", "watch_history", default=None, type=int, hidden=True,
+              help="Watch events kept per kind (older resourceVersions answer 410 Gone).")
+def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, speed: float, no_karpenter: bool,
+            region: str | None, tls_cert: str | None, tls_key: str | None, token_file: str | None, log_level: str,
+            watch_history: int | None) -> None:
+    """Serve a Kubernetes API over a simulated cluster (with Karpenter), applying the manifests in PATH... first."""
+    if not (speed > 0) or speed > 1e6:
+        _fail(f"--speed: Invalid value: {speed}: must be greater than 0")
+    if not 0 <= port <= 65535:
+        _fail(f"--port: Invalid value: {port}: must be between 0 and 65535")
+    if region is not None and not region.strip():
+        _fail('--region: Invalid value: "": must not be empty')
+    if bool(tls_cert) != bool(tls_key):
+        _fail("--tls-cert and --tls-key go together")
+    if not is_loopback(address) and not (tls_cert and tls_key and token_file):
+        _fail(f"--address {address}: off loopback the sandbox requires TLS and a token (--tls-cert, --tls-key, "
+              "--token-file)")
+    token = None
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.read().strip()
+        except OSError as e:
+            _fail(f"--token-file: {e}")
+        if not token:
+            _fail("--token-file: the file is empty")
+    for p in (tls_cert, tls_key):
+        if p and not os.path.isfile(p):
+            _fail(f"{p}: no such file")
+
+    from ..api.loader import load_documents
+
+    documents = []
+    if paths:
+        try:
+            loaded = load_documents(list(paths))
+        except Exception:  # the loader reports bad input itself; anything else is ours
+            traceback.print_exc()
+            sys.exit(1)
+        if loaded.errors:
+            for e in loaded.errors:
+                click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        from ..cli import _check_regions
+
+        problems = _check_regions(loaded.documents, region)
+        if problems:
+            for p in problems:
+                click.echo(f"error: {p}", err=True)
+            sys.exit(2)
+        documents = loaded.documents
+
+    from .rest import RestAPI
+    from .runtime import Sandbox
+    from .server import HTTPServer
+
+    box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
+                  log_stream=sys.stdout, watch_history=watch_history)
+    rest = RestAPI(box.api, box.lock, box.clock)
+    try:
+        server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token)
+    except ssl_errors() as e:
+        _fail(f"--tls-cert/--tls-key: {e}")
+    except OSError as e:
+        _fail(f"cannot listen on {address}:{port}: {e.strerror or e}")
+    rest.server_address = f"{address}:{server.port}"
+    _write_kubeconfig(kubeconfig, kubeconfig_text(server.url, token=token, ca_file=tls_cert))
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):  # noqa: ANN001
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    box.start()
+    server.start()
+    click.echo(f"karpy sandbox: serving on {server.url} (kubeconfig {kubeconfig}, context {CONTEXT}, "
+               f"speed {speed:g}x{', without Karpenter' if no_karpenter else ''})", err=True)
+    while not stop.wait(0.5):
+        pass
+    click.echo("karpy sandbox: stopping", err=True)
+    server.stop()
+    box.stop()
+    sys.stdout.flush()
+    sys.exit(0)
+
+
+def ssl_errors() -> tuple[type[BaseException], ...]:
+    import ssl
+
+    return (ssl.SSLError,)

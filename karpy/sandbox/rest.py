@@ -1,0 +1,981 @@
+"""The Kubernetes REST semantics of the sandbox, over :class:`~karpy.kube.memory.MemoryAPI`.
+
+:class:`RestAPI` turns one HTTP request (method, path, query, headers, body)
+into a :class:`Response` -- a JSON body, or for a watch a stream of JSON lines --
+without knowing anything about sockets (:mod:`karpy.sandbox.server` carries it
+over HTTP). It does what kube-apiserver does around its storage:
+
+* routing of ``/api/v1/...`` and ``/apis/<group>/<version>/...`` paths
+  (namespaced, cluster-scoped and all-namespaces collections, the legacy
+  ``/watch/`` prefix, subresources) onto the kinds table;
+* admission and validation: objects written by clients (create, update, patch)
+  are validated and defaulted with karpy's API validation
+  (:func:`karpy.api.loader.validate_object`, the CRDs' OpenAPI and CEL rules
+  and the built-in kinds' Go validation); an invalid object is a 422 with one
+  cause per field; server-set metadata is ignored on create, status is reset
+  (except for Nodes), namespaces must exist;
+* patches: JSON merge, strategic merge (JSON merge for custom resources, as
+  kubectl expects), JSON patch, and server-side apply (applied as a merge, and
+  creating the object when it is missing);
+* the ``status``, ``scale`` (autoscaling/v1 Scale), ``eviction`` (429 from a
+  PodDisruptionBudget) and ``binding`` subresources; deletion with
+  ``propagationPolicy``/``orphanDependents``/preconditions; ``deletecollection``;
+  deleting a Namespace deletes what is in it;
+* list and watch with label and field selectors and resourceVersion (a watch
+  too old answers an ``ERROR`` event with a 410 Status, as kube-apiserver does),
+  ``timeoutSeconds``, ``allowWatchBookmarks`` and ``sendInitialEvents``;
+* content negotiation: plain JSON, server-side ``Table`` (kubectl get) and
+  ``PartialObjectMetadata``;
+* discovery, ``/version``, OpenAPI v3 and the health endpoints.
+
+Every read and write of the store happens under the sandbox's lock (the one
+the real-time loop of the simulated world holds while it runs), so the
+single-threaded controllers never see a request half done.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+import yaml
+
+from ..kube import errors as E
+from ..kube.memory import MemoryAPI
+from ..kube.patch import json_patch, merge_patch
+from ..kube.port import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from ..kube.registry import BY_KIND, is_namespaced
+from ..kube.selectors import selector_to_string
+from . import discovery as D
+from . import tables as T
+from .crds import printer_columns
+
+DEFAULT_WATCH_TIMEOUT = 1800.0  # kube-apiserver's --min-request-timeout
+BOOKMARK_EVERY = 10.0  # wall seconds between bookmarks on a watch that asked for them
+SERVER_SET_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                   "deletionGracePeriodSeconds", "managedFields", "selfLink")
+KEEP_STATUS_ON_CREATE = frozenset({"Node"})  # every other kind with a status subresource starts without one
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: Any = None  # JSON-able, or bytes, or str
+    content_type: str = "application/json"
+    stream: Iterator[bytes] | None = None  # a watch: one JSON line per item
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def payload(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode()
+        return orjson.dumps(self.body)
+
+
+def _status_ok(code: int = 200, details: dict | None = None) -> dict:
+    out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    if details:
+        out["details"] = details
+    return out
+
+
+def error_response(e: E.ApiError) -> Response:
+    headers = {}
+    if e.retry_after is not None:
+        headers["Retry-After"] = str(e.retry_after)
+    return Response(e.code, e.status(), headers=headers)
+
+
+@dataclass
+class Route:
+    served: D.Served
+    namespace: str | None
+    name: str | None
+    sub: str | None
+    watch_prefix: bool = False
+
+
+def _meta(o: dict) -> dict:
+    m = o.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+# --- events.k8s.io/v1 <-> core/v1 Events -------------------------------------------------------------
+_EV_FIELDS = (("regarding", "involvedObject"), ("note", "message"), ("deprecatedSource", "source"),
+              ("deprecatedFirstTimestamp", "firstTimestamp"), ("deprecatedLastTimestamp", "lastTimestamp"),
+              ("deprecatedCount", "count"), ("reportingController", "reportingComponent"),
+              ("reportingInstance", "reportingInstance"), ("eventTime", "eventTime"), ("reason", "reason"),
+              ("type", "type"), ("action", "action"), ("related", "related"), ("series", "series"))
+
+
+def _event_to_v1(core: dict) -> dict:
+    out: dict[str, Any] = {"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": _meta(core)}
+    for new, old in _EV_FIELDS:
+        if core.get(old) is not None:
+            out[new] = core[old]
+    return out
+
+
+def _event_from_v1(ev: dict) -> dict:
+    out: dict[str, Any] = {"kind": "Event", "apiVersion": "v1", "metadata": _meta(ev)}
+    for new, old in _EV_FIELDS:
+        if ev.get(new) is not None:
+            out[old] = ev[new]
+    return out
+
+
+class RestAPI:
+    def __init__(self, api: MemoryAPI, lock: threading.RLock, clock: Any, *, stopping: threading.Event | None = None,
+                 ready: Callable[[], bool] | None = None, server_address: str = "127.0.0.1:6443"):
+        self.api = api
+        self.lock = lock
+        self.clock = clock
+        self.stopping = stopping or threading.Event()
+        self.ready = ready or (lambda: True)
+        self.server_address = server_address
+        self._watches: set = set()
+        self._watches_lock = threading.Lock()
+        self._openapi_cache: dict[str, Any] = {}
+        self._tls = threading.local()
+
+    @property
+    def _warnings(self) -> list[str]:
+        w = getattr(self._tls, "warnings", None)
+        if w is None:
+            w = self._tls.warnings = []
+        return w
+
+    # --- entry point ------------------------------------------------------------------------------
+    def handle(self, method: str, target: str, headers: Any, body: bytes) -> Response:
+        parts = urlsplit(target)
+        path = parts.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        self._tls.warnings = []
+        try:
+            resp = self._dispatch(method.upper(), path, query, headers, body)
+            if self._tls.warnings:
+                resp.headers["Warning"] = ", ".join('299 - "%s"' % w.replace('"', "'") for w in self._tls.warnings)
+            return resp
+        except E.ApiError as e:
+            return error_response(e)
+        except _NotFoundPath:
+            return Response(404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                  "message": "the server could not find the requested resource", "reason": "NotFound",
+                                  "details": {}, "code": 404})
+
+    def _dispatch(self, method: str, path: str, query: dict, headers: Any, body: bytes) -> Response:
+        if path in ("/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/", "/readyz/")):
+            if path.startswith("/readyz") and (not self.ready() or self.stopping.is_set()):
+                return Response(503, "[-]sandbox not ready\nreadyz check failed\n", "text/plain; charset=utf-8")
+            return Response(200, "ok", "text/plain; charset=utf-8")
+        if path == "/version":
+            return Response(200, D.VERSION_INFO)
+        if path == "/api":
+            return Response(200, D.api_versions(self.server_address))
+        if path == "/apis":
+            return Response(200, D.api_group_list())
+        if path.startswith("/openapi/"):
+            return self._openapi(path, headers)
+        segs = [s for s in path.split("/") if s]
+        if not segs or segs[0] not in ("api", "apis"):
+            raise _NotFoundPath()
+        if segs[0] == "api":
+            if len(segs) < 2:
+                raise _NotFoundPath()
+            group, version, rest = "", segs[1], segs[2:]
+        else:
+            if len(segs) == 2:
+                g = D.api_group(segs[1])
+                if g is None:
+                    raise _NotFoundPath()
+                return Response(200, g)
+            if len(segs) < 3:
+                raise _NotFoundPath()
+            group, version, rest = segs[1], segs[2], segs[3:]
+        if not rest:
+            rl = D.resource_list(group, version)
+            if rl is None:
+                raise _NotFoundPath()
+            return Response(200, rl)
+        route = self._route(group, version, rest)
+        return self._resource(method, route, query, headers, body)
+
+    def _route(self, group: str, version: str, rest: list[str]) -> Route:
+        watch_prefix = False
+        if rest[0] == "watch":
+            watch_prefix, rest = True, rest[1:]
+            if not rest:
+                raise _NotFoundPath()
+        ns = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and (group, version, rest[2]) in D.SERVED:
+            ns, rest = rest[1], rest[2:]
+        elif group == "" and rest[0] == "namespaces" and len(rest) == 3 and rest[2] == "bindings":
+            # the legacy POST /api/v1/namespaces/{ns}/bindings (the Binding names the pod)
+            return Route(D.SERVED[("", "v1", "pods")], rest[1], None, "bindings", watch_prefix)
+        served = D.SERVED.get((group, version, rest[0]))
+        if served is None or len(rest) > 3:
+            raise _NotFoundPath()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if ns is not None and not served.namespaced:
+            raise _NotFoundPath()
+        if sub is not None and sub not in served.type.subresources:
+            raise _NotFoundPath()
+        return Route(served, ns, name, sub, watch_prefix)
+
+    # --- wire conversion ----------------------------------------------------------------------------
+    def _out(self, s: D.Served, obj: dict) -> dict:
+        if s.view == "events.k8s.io":
+            return _event_to_v1(obj)
+        if not s.group or s.kind not in _crd_kinds():
+            obj = canonical_quantities(obj)
+        if obj.get("apiVersion") != s.api_version or obj.get("kind") != s.kind:
+            obj = dict(obj)
+            obj["apiVersion"] = s.api_version
+            obj["kind"] = s.kind
+        return obj
+
+    def _in(self, s: D.Served, obj: Any) -> dict:
+        if not isinstance(obj, dict):
+            raise E.BadRequest("the body of the request is not a JSON object")
+        if s.view == "events.k8s.io":
+            obj = _event_from_v1(obj)
+        obj = dict(obj)
+        obj.setdefault("kind", s.kind)
+        if obj.get("kind") != s.kind:
+            raise E.BadRequest(f"the kind of the object ({obj.get('kind')}) does not match the resource ({s.kind})")
+        av = obj.get("apiVersion") or s.api_version
+        if s.view != "events.k8s.io" and av not in (f"{s.group}/{v}" if s.group else v for v in s.type.served_versions()):
+            raise E.BadRequest(f"the API version in the data ({av}) does not match the expected API version "
+                               f"({s.api_version})")
+        obj["apiVersion"] = s.api_version if s.view != "events.k8s.io" else "v1"
+        meta = obj.get("metadata")
+        obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
+        return obj
+
+    # --- resources ----------------------------------------------------------------------------------
+    def _resource(self, method: str, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        if r.sub == "bindings":
+            if method != "POST":
+                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+            b = _parse_body(body, headers)
+            name = _meta(b if isinstance(b, dict) else {}).get("name")
+            if not name:
+                raise _invalid("Binding", "", "", [("metadata.name", "Required value")])
+            return self._bind(Route(s, r.namespace, name, "binding"), body)
+        if r.name is None:
+            if method == "GET":
+                if r.watch_prefix or _truthy(query.get("watch")):
+                    return self._watch(r, query, headers)
+                return self._list(r, query, headers)
+            if method == "POST":
+                return self._create(r, query, headers, body)
+            if method == "DELETE":
+                return self._delete_collection(r, query, headers, body)
+            raise E.MethodNotAllowed(f"the server does not allow this method on the requested resource")
+        if r.watch_prefix:
+            if method != "GET":
+                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+            query = dict(query, fieldSelector=_and_selector(query.get("fieldSelector"), f"metadata.name={r.name}"))
+            return self._watch(Route(s, r.namespace, None, None, True), query, headers)
+        if r.sub == "scale":
+            return self._scale(method, r, query, headers, body)
+        if r.sub in ("eviction", "binding"):
+            if method != "POST":
+                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+            return self._evict(r, body) if r.sub == "eviction" else self._bind(r, body)
+        if method == "GET":
+            with self.lock:
+                obj = self.api.get(s.kind, r.name, self._ns(r))
+            return self._render_one(s, obj, headers)
+        if method == "PUT":
+            return self._update(r, query, headers, body)
+        if method == "PATCH":
+            return self._patch(r, query, headers, body)
+        if method == "DELETE":
+            if r.sub:
+                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+            return self._delete(r, query, headers, body)
+        raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+
+    def _ns(self, r: Route) -> str:
+        return (r.namespace or "default") if r.served.namespaced else ""
+
+    def _render_one(self, s: D.Served, obj: dict, headers: Any, status: int = 200) -> Response:
+        fmt = _accept(headers)
+        if fmt == "Table":
+            cols, row = self._table_for(s)
+            return Response(status, T.table([self._out(s, obj)], cols, row, self.clock.now(),
+                                            _meta(obj).get("resourceVersion", ""), "Metadata"))
+        if fmt == "PartialObjectMetadata":
+            return Response(status, T.partial_metadata(obj))
+        return Response(status, self._out(s, obj))
+
+    def _table_for(self, s: D.Served):
+        if s.type.group and s.kind not in ("CustomResourceDefinition",) and s.type.kind in _crd_kinds():
+            crd = self.api.try_get("CustomResourceDefinition", f"{s.plural}.{s.group}")
+            return T.crd_table(printer_columns(crd, s.version, s.kind))
+        return T.BUILTIN.get(s.kind, T.GENERIC)
+
+    # --- list -----------------------------------------------------------------------------------------
+    def _list(self, r: Route, query: dict, headers: Any) -> Response:
+        s = r.served
+        ns = r.namespace if s.namespaced else None
+        with self.lock:
+            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None,
+                                      _field_selector(s, query.get("fieldSelector")) or None)
+        items = sorted(items, key=lambda o: (_meta(o).get("namespace") or "", _meta(o).get("name") or ""))
+        fmt = _accept(headers)
+        if fmt == "Table":
+            cols, row = self._table_for(s)
+            return Response(200, T.table([self._out(s, o) for o in items], cols, row, self.clock.now(), rv,
+                                         query.get("includeObject") or "Metadata"))
+        if fmt == "PartialObjectMetadata":
+            return Response(200, {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                                  "metadata": {"resourceVersion": rv}, "items": [T.partial_metadata(o) for o in items]})
+        return Response(200, {"kind": f"{s.kind}List", "apiVersion": s.api_version, "metadata": {"resourceVersion": rv},
+                              "items": [self._out(s, o) for o in items]})
+
+    # --- watch ----------------------------------------------------------------------------------------
+    def _watch(self, r: Route, query: dict, headers: Any) -> Response:
+        s = r.served
+        ns = r.namespace if s.namespaced else None
+        rv = query.get("resourceVersion") or ""
+        fmt = _accept(headers)
+        try:
+            timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        except ValueError:
+            raise E.BadRequest(f"invalid timeoutSeconds {query.get('timeoutSeconds')!r}")
+        bookmarks = _truthy(query.get("allowWatchBookmarks"))
+        initial_end = _truthy(query.get("sendInitialEvents"))
+        fs = _field_selector(s, query.get("fieldSelector")) or None
+        ls = query.get("labelSelector") or None
+        with self.lock:
+            try:
+                w = self.api.watch(s.kind, rv if rv not in ("",) else "0", ns or None, ls, fs)
+            except E.Gone as e:
+                status = e.status()
+                return Response(200, stream=iter([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"]),
+                                content_type="application/json")
+            initial = len(w.queue) if (initial_end or not rv or rv == "0") else 0
+            start_rv = self.api.resource_version
+        with self._watches_lock:
+            self._watches.add(w)
+        table = self._table_for(s) if fmt == "Table" else None
+
+        def encode(etype: str, obj: dict) -> bytes:
+            if table is not None:
+                o = T.table([self._out(s, obj)], table[0], table[1], self.clock.now(),
+                            _meta(obj).get("resourceVersion", ""), query.get("includeObject") or "Metadata")
+            elif fmt == "PartialObjectMetadata":
+                o = T.partial_metadata(obj)
+            else:
+                o = self._out(s, obj)
+            return orjson.dumps({"type": etype, "object": o}) + b"\n"
+
+        def bookmark(rv_: str, end: bool = False) -> bytes:
+            meta: dict[str, Any] = {"resourceVersion": rv_}
+            if end:
+                meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return orjson.dumps({"type": "BOOKMARK", "object": {"kind": s.kind, "apiVersion": s.api_version,
+                                                                "metadata": meta}}) + b"\n"
+
+        def stream() -> Iterator[bytes]:
+            deadline = time.monotonic() + max(0.0, timeout)
+            last_mark = time.monotonic()
+            last_rv = start_rv
+            sent = 0
+            try:
+                if initial_end and initial == 0:
+                    yield bookmark(start_rv, end=True)
+                while not self.stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    ev = w.next(timeout=min(1.0, left))
+                    if w.stopped and ev is None:
+                        return
+                    if ev is not None:
+                        sent += 1
+                        last_rv = _meta(ev.object).get("resourceVersion") or last_rv
+                        yield encode(ev.type, ev.object)
+                        if initial_end and sent == initial:
+                            yield bookmark(start_rv, end=True)
+                    elif bookmarks and time.monotonic() - last_mark >= BOOKMARK_EVERY:
+                        last_mark = time.monotonic()
+                        yield bookmark(max(last_rv, self.api.resource_version, key=lambda x: int(x or 0)))
+            finally:
+                w.stop()
+                with self._watches_lock:
+                    self._watches.discard(w)
+
+        return Response(200, stream=stream(), content_type="application/json")
+
+    def stop_watches(self) -> None:
+        with self._watches_lock:
+            ws = list(self._watches)
+        for w in ws:
+            w.stop()
+
+    # --- create -------------------------------------------------------------------------------------
+    def _create(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        obj = self._in(s, _parse_body(body, headers))
+        meta = obj["metadata"]
+        if s.namespaced:
+            if r.namespace is None and not meta.get("namespace"):
+                meta["namespace"] = "default"
+            elif r.namespace is not None:
+                if meta.get("namespace") and meta["namespace"] != r.namespace:
+                    raise E.BadRequest("the namespace of the provided object does not match the namespace sent on "
+                                       "the request")
+                meta["namespace"] = r.namespace
+        else:
+            meta.pop("namespace", None)
+        for k in SERVER_SET_META:
+            meta.pop(k, None)
+        if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
+            obj.pop("status", None)
+        dry = _dry_run(query)
+        with self.lock:
+            if s.namespaced:
+                self._require_namespace(meta["namespace"])
+            if not meta.get("name"):
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
+                meta["name"] = self._generate_name(s.kind, meta.get("namespace", ""), prefix)
+            obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
+            if s.kind == "Namespace":
+                obj = dict(obj)
+                obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
+                obj["status"] = {"phase": "Active"}
+            if dry:
+                if self.api.try_get(s.kind, meta["name"], meta.get("namespace", "")) is not None:
+                    raise E.AlreadyExists(f'{_resource(s)} "{meta["name"]}" already exists', kind=s.plural,
+                                          name=meta["name"], group=s.group)
+                return Response(201, self._out(s, obj))
+            created = self.api.create(obj)
+        return self._render_one(s, created, headers, 201)
+
+    def _generate_name(self, kind: str, ns: str, prefix: str) -> str:
+        while True:
+            name = self.api.names.generate(prefix)
+            if self.api.try_get(kind, name, ns) is None:
+                return name
+
+    def _require_namespace(self, ns: str) -> None:
+        n = self.api.try_get("Namespace", ns)
+        if n is None:
+            raise E.NotFound(f'namespaces "{ns}" not found', kind="namespaces", name=ns)
+        if _meta(n).get("deletionTimestamp") or (n.get("status") or {}).get("phase") == "Terminating":
+            raise E.Forbidden(f"unable to create new content in namespace {ns} because it is being terminated",
+                              kind="namespaces", name=ns)
+
+    def _validate(self, s: D.Served, obj: dict, old: dict | None, field_validation: str = "") -> dict:
+        """The object validated and defaulted; unknown fields are an error under ``fieldValidation=Strict``
+        (400, as the API server's strict decoding says) and dropped otherwise (``Warn``, the default, adds a
+        warning)."""
+        from ..api.kinds import BY_KIND as LOADER_KINDS
+        from ..api.loader import validate_object
+
+        if s.kind not in LOADER_KINDS or s.kind == "Scenario":
+            if not _meta(obj).get("name"):
+                raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
+            return obj
+        rv = _meta(obj).get("resourceVersion")
+        doc, errors = validate_object(obj, file="request", old=old)
+        unknown = [e for e in errors if _is_unknown_field(e.message)]
+        if unknown and len(unknown) == len(errors):
+            if field_validation == "Strict":
+                raise E.BadRequest(f'{s.kind} in version "{s.version}" cannot be handled as a {s.kind}: strict decoding '
+                                   "error: " + ", ".join(f'unknown field "{e.field}"' for e in unknown))
+            pruned = copy.deepcopy(obj)
+            for e in unknown:
+                _drop_path(pruned, e.field)
+            doc, errors = validate_object(pruned, file="request", old=old)
+            if not errors and field_validation != "Ignore":
+                self._warnings.extend(f'unknown field "{e.field}"' for e in unknown)
+        if errors:
+            raise _invalid(s.kind, s.group, _meta(obj).get("name") or "", [(e.field, e.message) for e in errors])
+        out = doc.obj if doc is not None else obj
+        m = _meta(out)
+        if rv is not None and m.get("resourceVersion") != rv:
+            out = dict(out)
+            out["metadata"] = {**m, "resourceVersion": rv}
+        return out
+
+    # --- update and patch ---------------------------------------------------------------------------
+    def _update(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        obj = self._in(s, _parse_body(body, headers))
+        meta = obj["metadata"]
+        if meta.get("name") and meta["name"] != r.name:
+            raise E.BadRequest("the name of the object does not match the name on the URL")
+        meta["name"] = r.name
+        if s.namespaced:
+            if meta.get("namespace") and meta["namespace"] != self._ns(r):
+                raise E.BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = self._ns(r)
+        dry = _dry_run(query)
+        with self.lock:
+            cur = self.api.get(s.kind, r.name, self._ns(r))
+            rv = meta.get("resourceVersion")
+            if rv and rv != _meta(cur).get("resourceVersion"):
+                raise _conflict(s, r.name)
+            if r.sub == "status":
+                if dry:
+                    return Response(200, self._out(s, {**cur, "status": obj.get("status")}))
+                new = self.api.update(obj, subresource="status")
+            else:
+                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
+                    if k in _meta(cur):
+                        meta[k] = _meta(cur)[k]
+                    else:
+                        meta.pop(k, None)
+                meta.setdefault("resourceVersion", _meta(cur).get("resourceVersion"))
+                validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
+                if dry:
+                    return Response(200, self._out(s, validated))
+                new = self.api.update(validated)
+        return self._render_one(s, new, headers)
+
+    def _patch(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        ctype = _content_type(headers)
+        if ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
+            raise E.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media types "
+                                         f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}, {STRATEGIC_MERGE_PATCH}")
+        patch = _parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH)
+        dry = _dry_run(query)
+        with self.lock:
+            cur = self.api.try_get(s.kind, r.name, self._ns(r))
+            if cur is None:
+                if ctype == APPLY_PATCH and r.sub is None:
+                    return self._create(Route(s, r.namespace, None, None), query, headers,
+                                        orjson.dumps(_apply_body(patch, r)))
+                self.api.get(s.kind, r.name, self._ns(r))  # raises the NotFound
+            wire = self._out(s, cur)
+            if ctype == JSON_PATCH:
+                new = json_patch(wire, patch)
+            elif ctype == MERGE_PATCH:
+                new = merge_patch(wire, patch)
+            else:
+                if not isinstance(patch, dict):
+                    raise E.BadRequest("the patch is not a JSON object")
+                if ctype == APPLY_PATCH:
+                    patch = {k: v for k, v in patch.items() if k not in ("apiVersion", "kind")}
+                    pm = dict(_meta(patch))
+                    for k in ("name", "namespace"):
+                        pm.pop(k, None)
+                    patch["metadata"] = pm
+                from ..kube.strategic import strategic_merge_patch
+
+                new = strategic_merge_patch(wire, patch, s.kind)
+            if not isinstance(new, dict):
+                raise E.BadRequest("the patch does not produce an object")
+            new = self._in(s, new)
+            nm = new["metadata"]
+            rv = nm.get("resourceVersion")
+            if rv and rv != _meta(cur).get("resourceVersion"):
+                raise _conflict(s, r.name)
+            if nm.get("name") != r.name:
+                raise _invalid(s.kind, s.group, r.name, [("metadata.name", f'Invalid value: "{nm.get("name")}": field is immutable')])
+            nm["resourceVersion"] = _meta(cur).get("resourceVersion")
+            if r.sub == "status":
+                if dry:
+                    return Response(200, self._out(s, {**cur, "status": new.get("status")}))
+                out = self.api.update(new, subresource="status")
+            else:
+                validated = self._validate(s, new, cur, query.get("fieldValidation", ""))
+                if dry:
+                    return Response(200, self._out(s, validated))
+                out = self.api.update(validated)
+        return self._render_one(s, out, headers)
+
+    # --- scale --------------------------------------------------------------------------------------
+    def _scale_obj(self, obj: dict) -> dict:
+        m = _meta(obj)
+        spec, st = obj.get("spec") or {}, obj.get("status") or {}
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in m},
+                "spec": {"replicas": int(spec.get("replicas", 1) or 0)},
+                "status": {"replicas": int(st.get("replicas") or 0),
+                           "selector": selector_to_string(spec.get("selector"))}}
+
+    def _scale(self, method: str, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        if method not in ("GET", "PUT", "PATCH"):
+            raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+        ctype = _content_type(headers)
+        payload = _parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH) if method != "GET" else None
+        with self.lock:
+            cur = self.api.get(s.kind, r.name, self._ns(r))
+            scale = self._scale_obj(cur)
+            if method == "GET":
+                return Response(200, scale)
+            if method == "PUT":
+                new = payload
+            elif ctype == JSON_PATCH:
+                new = json_patch(scale, payload)
+            elif ctype in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
+                new = merge_patch(scale, payload)
+            else:
+                raise E.UnsupportedMediaType(f"the body of the request was in an unknown format: {ctype}")
+            return self._set_scale(s, r, cur, new, query)
+
+    def _set_scale(self, s: D.Served, r: Route, cur: dict, new: Any, query: dict) -> Response:
+        if not isinstance(new, dict):
+            raise E.BadRequest("the body of the request is not a Scale")
+        rv = _meta(new).get("resourceVersion")
+        if rv and rv != _meta(cur).get("resourceVersion"):
+            raise _conflict(s, r.name)
+        replicas = (new.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise _invalid("Scale", "autoscaling", r.name, [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: "
+                                                                               "must be greater than or equal to 0")])
+        if _dry_run(query):
+            out = dict(cur)
+            out["spec"] = {**(cur.get("spec") or {}), "replicas": replicas}
+            return Response(200, self._scale_obj(out))
+        updated = self.api.scale(s.kind, r.name, self._ns(r), replicas)
+        return Response(200, self._scale_obj(updated))
+
+    # --- eviction and binding -----------------------------------------------------------------------
+    def _evict(self, r: Route, body: bytes) -> Response:
+        ev = _parse_body(body, {}) if body else {}
+        if not isinstance(ev, dict):
+            raise E.BadRequest("the body of the request is not an Eviction")
+        if _meta(ev).get("name") and _meta(ev)["name"] != r.name:
+            raise E.BadRequest(f"name in URL does not match name in Eviction object")
+        opts = ev.get("deleteOptions") or {}
+        uid = (opts.get("preconditions") or {}).get("uid")
+        if "All" in (opts.get("dryRun") or []):
+            with self.lock:
+                self.api.get("Pod", r.name, self._ns(r))
+            return Response(201, _status_ok(201))
+        with self.lock:
+            self.api.evict(r.name, self._ns(r), uid)
+        return Response(201, _status_ok(201))
+
+    def _bind(self, r: Route, body: bytes) -> Response:
+        b = _parse_body(body, {})
+        target = (b or {}).get("target") or {}
+        if not target.get("name"):
+            raise _invalid("Binding", "", r.name, [("target.name", "Required value")])
+        with self.lock:
+            self.api.bind(r.name, self._ns(r), target["name"])
+        return Response(201, _status_ok(201))
+
+    # --- delete -------------------------------------------------------------------------------------
+    def _delete_options(self, query: dict, body: bytes, headers: Any) -> dict:
+        opts = _parse_body(body, headers) if body and body.strip() else {}
+        if not isinstance(opts, dict):
+            opts = {}
+        out = {"propagation": opts.get("propagationPolicy") or query.get("propagationPolicy"),
+               "preconditions": opts.get("preconditions"),
+               "dry": "All" in (opts.get("dryRun") or []) or _dry_run(query)}
+        orphan = opts.get("orphanDependents")
+        if orphan is None and "orphanDependents" in query:
+            orphan = _truthy(query["orphanDependents"])
+        if orphan is True and not out["propagation"]:
+            out["propagation"] = "Orphan"
+        if out["propagation"] not in (None, "Orphan", "Background", "Foreground"):
+            raise E.BadRequest(f"propagationPolicy: Unsupported value: {out['propagation']!r}")
+        return out
+
+    def _delete(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        o = self._delete_options(query, body, headers)
+        with self.lock:
+            cur = self.api.get(s.kind, r.name, self._ns(r))
+            if o["dry"]:
+                return Response(200, self._out(s, cur))
+            if s.kind == "Namespace":
+                self._delete_namespace_contents(r.name)
+            out = self.api.delete(s.kind, r.name, self._ns(r), propagation=o["propagation"],
+                                  preconditions=o["preconditions"])
+        code = 202 if out is not None and _meta(out).get("finalizers") and self.api.try_get(s.kind, r.name, self._ns(r)) else 200
+        return self._render_one(s, out or cur, headers, code)
+
+    def _delete_namespace_contents(self, ns: str) -> None:
+        if ns in SYSTEM_NAMESPACES:
+            raise E.Forbidden(f'namespaces "{ns}" is forbidden: this namespace may not be deleted', kind="namespaces",
+                              name=ns)
+        for t in BY_KIND.values():
+            if not t.namespaced:
+                continue
+            items, _ = self.api.list(t.kind, ns)
+            for o in items:
+                try:
+                    self.api.delete(t.kind, _meta(o)["name"], ns)
+                except E.NotFound:
+                    pass
+
+    def _delete_collection(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        s = r.served
+        o = self._delete_options(query, body, headers)
+        ns = r.namespace if s.namespaced else None
+        out = []
+        with self.lock:
+            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None,
+                                      _field_selector(s, query.get("fieldSelector")) or None)
+            for it in items:
+                m = _meta(it)
+                if o["dry"]:
+                    out.append(it)
+                    continue
+                try:
+                    if s.kind == "Namespace":
+                        self._delete_namespace_contents(m["name"])
+                    res = self.api.delete(s.kind, m["name"], m.get("namespace", ""), propagation=o["propagation"])
+                    out.append(res or it)
+                except E.NotFound:
+                    pass
+            rv = self.api.resource_version
+        return Response(200, {"kind": f"{s.kind}List", "apiVersion": s.api_version, "metadata": {"resourceVersion": rv},
+                              "items": [self._out(s, x) for x in out]})
+
+    # --- OpenAPI ------------------------------------------------------------------------------------
+    def _openapi(self, path: str, headers: Any = None) -> Response:
+        if path == "/openapi/v2":
+            # An OpenAPI v2 document without definitions: kubectl (which asks for it as protobuf, where the
+            # empty message is zero bytes) then validates nothing client-side and builds patches from its
+            # compiled-in types, as the module docstring of .discovery says.
+            accept = (headers.get("Accept") or "") if headers is not None else ""
+            if "protobuf" in accept:
+                return Response(200, b"", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+            return Response(200, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": D.VERSION_INFO["gitVersion"]},
+                                  "paths": {}, "definitions": {}})
+        if path == "/openapi/v3":
+            doc = self._openapi_cache.get("")
+            if doc is None:
+                doc = self._openapi_cache[""] = D.openapi_index()
+            return Response(200, doc)
+        if path.startswith("/openapi/v3/"):
+            gv = path[len("/openapi/v3/"):].split("/")
+            if len(gv) == 2 and gv[0] == "api":
+                doc = D.openapi_gv("", gv[1])
+            elif len(gv) == 3 and gv[0] == "apis":
+                doc = D.openapi_gv(gv[1], gv[2])
+            else:
+                doc = None
+            if doc is not None:
+                return Response(200, doc, headers={"Cache-Control": "public, immutable"})
+        raise _NotFoundPath()
+
+
+class _NotFoundPath(Exception):
+    pass
+
+
+# maps of resource name -> Quantity in the built-in types (requests, limits, capacity, ...)
+_QUANTITY_MAPS = frozenset({"requests", "limits", "capacity", "allocatable", "podFixed", "overhead", "hard", "used",
+                            "allocatedResources", "min", "max", "default", "defaultRequest", "maxLimitRequestRatio"})
+
+
+def _quantity_text(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    if isinstance(v, int):
+        return str(v)
+    from fractions import Fraction
+
+    q = Fraction(v).limit_denominator(10**9)
+    if q.denominator == 1:
+        return str(q.numerator)
+    milli = q * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{math.ceil(q * 10**9)}n"
+
+
+def canonical_quantities(obj: Any, in_map: bool = False) -> Any:
+    """Quantities as the API server writes them: strings (``cpu: 1`` is sent as ``"1"``, ``0.5`` as ``"500m"``).
+
+    Manifests may give numbers; typed clients (the Python client's models) accept only strings. Returns
+    ``obj`` itself when nothing changes (stored objects are shared and never mutated)."""
+    if isinstance(obj, dict):
+        out = None
+        for k, v in obj.items():
+            if in_map:
+                nv = _quantity_text(v)
+            elif isinstance(v, (dict, list)):
+                nv = canonical_quantities(v, k in _QUANTITY_MAPS and isinstance(v, dict))
+            elif k == "sizeLimit":
+                nv = _quantity_text(v)
+            else:
+                continue
+            if nv is not v:
+                if out is None:
+                    out = dict(obj)
+                out[k] = nv
+        return obj if out is None else out
+    if isinstance(obj, list):
+        outl = None
+        for i, v in enumerate(obj):
+            if isinstance(v, (dict, list)):
+                nv = canonical_quantities(v)
+                if nv is not v:
+                    if outl is None:
+                        outl = list(obj)
+                    outl[i] = nv
+        return obj if outl is None else outl
+    return obj
+
+
+def _is_unknown_field(message: str) -> bool:
+    return message.startswith("unknown field") or message == "field not declared in schema"
+
+
+_PATH_TOKEN = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[([^\]]*)\]")
+
+
+def _drop_path(obj: Any, path: str) -> None:
+    """Remove the field at a validation error's path (``spec.containers[0].bogus``, ``metadata.labels[a/b]``)."""
+    toks = [m.group(1) if m.group(1) is not None else m.group(2) for m in _PATH_TOKEN.finditer(path)]
+    cur = obj
+    for i, t in enumerate(toks):
+        last = i == len(toks) - 1
+        if isinstance(cur, list):
+            try:
+                j = int(t)
+            except ValueError:
+                return
+            if not 0 <= j < len(cur):
+                return
+            if last:
+                del cur[j]
+                return
+            cur = cur[j]
+        elif isinstance(cur, dict):
+            if t not in cur:
+                return
+            if last:
+                del cur[t]
+                return
+            cur = cur[t]
+        else:
+            return
+
+
+_CRD_KINDS_CACHE: list[frozenset] = []
+
+
+def _crd_kinds() -> frozenset:
+    if not _CRD_KINDS_CACHE:
+        from ..kube.registry import CRD_KINDS
+
+        _CRD_KINDS_CACHE.append(CRD_KINDS)
+    return _CRD_KINDS_CACHE[0]
+
+
+def _resource(s: D.Served) -> str:
+    return f"{s.plural}.{s.group}" if s.group else s.plural
+
+
+def _conflict(s: D.Served, name: str) -> E.Conflict:
+    return E.Conflict(f'Operation cannot be fulfilled on {_resource(s)} "{name}": the object has been modified; please '
+                      "apply your changes to the latest version and try again", kind=s.plural, name=name, group=s.group)
+
+
+_REASONS = (("Required value", "FieldValueRequired"), ("Unsupported value", "FieldValueNotSupported"),
+            ("Duplicate value", "FieldValueDuplicate"), ("Forbidden", "FieldValueForbidden"),
+            ("Too long", "FieldValueTooLong"), ("Too many", "FieldValueTooMany"), ("Not found", "FieldValueNotFound"),
+            ('unknown field', "FieldValueInvalid"), ("Invalid value", "FieldValueInvalid"))
+
+
+def _invalid(kind: str, group: str, name: str, errors: list[tuple[str, str]]) -> E.Invalid:
+    qualified = f"{kind}.{group}" if group else kind
+    parts = [f"{f}: {m}" if f else m for f, m in errors]
+    body = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+    causes = []
+    for f, m in errors:
+        reason = next((r for prefix, r in _REASONS if m.startswith(prefix) or prefix in m[:40]), "FieldValueInvalid")
+        causes.append({"reason": reason, "message": m, "field": f})
+    return E.Invalid(f'{qualified} "{name}" is invalid: {body}', kind=kind, name=name, group=group, causes=causes)
+
+
+def _truthy(v: Any) -> bool:
+    return str(v).lower() in ("1", "true", "yes")
+
+
+def _dry_run(query: dict) -> bool:
+    return query.get("dryRun") == "All"
+
+
+def _and_selector(a: str | None, b: str) -> str:
+    return f"{a},{b}" if a else b
+
+
+def _field_selector(s: D.Served, fs: str | None) -> str | None:
+    """Field selectors on events.k8s.io Events name the v1 fields; the store keeps core Events."""
+    if not fs or s.view != "events.k8s.io":
+        return fs
+    for new, old in _EV_FIELDS:
+        fs = fs.replace(f"{new}.", f"{old}.") if new != old else fs
+    return fs
+
+
+def _content_type(headers: Any) -> str:
+    ct = (headers.get("Content-Type") or "application/json") if headers is not None else "application/json"
+    return ct.split(";", 1)[0].strip().lower()
+
+
+def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False) -> Any:
+    if not body:
+        raise E.BadRequest("the request has no body")
+    ct = _content_type(headers) if headers else "application/json"
+    try:
+        if yaml_ok or "yaml" in ct:
+            return yaml.safe_load(body)
+        return orjson.loads(body)
+    except Exception as e:  # noqa: BLE001 - any malformed body is the client's error
+        raise E.BadRequest(f"the body of the request could not be decoded: {e}")
+
+
+def _apply_body(patch: Any, r: Route) -> dict:
+    if not isinstance(patch, dict):
+        raise E.BadRequest("the apply patch is not an object")
+    obj = dict(patch)
+    meta = dict(_meta(obj))
+    meta["name"] = r.name
+    if r.namespace:
+        meta["namespace"] = r.namespace
+    obj["metadata"] = meta
+    return obj
+
+
+def _accept(headers: Any) -> str:
+    """"Table", "PartialObjectMetadata" or "" (plain JSON), from the first media type in Accept that we serve."""
+    accept = (headers.get("Accept") or "") if headers is not None else ""
+    for part in accept.split(","):
+        params = {}
+        bits = [b.strip() for b in part.split(";")]
+        media = bits[0].lower()
+        for b in bits[1:]:
+            if "=" in b:
+                k, v = b.split("=", 1)
+                params[k.strip()] = v.strip()
+        if media not in ("application/json", "*/*", "application/*", ""):
+            continue
+        as_ = params.get("as")
+        if as_ is None:
+            return ""
+        if as_ == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") in ("v1", "v1beta1"):
+            return "Table"
+        if as_ in ("PartialObjectMetadata", "PartialObjectMetadataList") and params.get("g") == "meta.k8s.io":
+            return "PartialObjectMetadata"
+    return ""

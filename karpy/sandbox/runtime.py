@@ -1,0 +1,152 @@
+"""The simulated cluster of ``karpy sandbox``, on a clock that runs in real time.
+
+:class:`Sandbox` builds the same wiring ``karpy simulate`` uses
+(:class:`~karpy.simulator.sim.Simulation`: the in-memory API server, the
+manager, the world's controllers and, unless ``karpenter=False``, Karpenter's),
+but with a :class:`~karpy.runtime.clock.RealClock` (``speed`` times real time),
+watch history kept (clients resume watches from a resourceVersion), and
+reconcile errors logged rather than raised.
+
+One thread runs the world: it fires the clock's timers as they come due and
+drains the manager's queue, then sleeps until the next timer or until a
+change arrives (the manager, in real-time mode, wakes the clock's condition
+whenever an API write feeds it). That thread and every HTTP request hold
+:attr:`Sandbox.lock` while they touch the store or the manager, so the
+single-threaded controllers never run concurrently with a request.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from typing import Any, Iterable, TextIO
+
+from ..kube import errors as E
+from ..kube.registry import is_namespaced
+from ..runtime.clock import RealClock
+from ..runtime.log import Logger
+from ..simulator.sim import Simulation, _clean
+from .crds import installed_crds
+from .rest import SYSTEM_NAMESPACES
+from .status import WorkloadStatus
+
+MAX_WAIT = 0.5  # wall seconds the loop sleeps at most (it wakes earlier for timers and changes)
+
+
+class Sandbox:
+    def __init__(self, documents: Iterable[Any] = (), *, region: str | None = None, speed: float = 1.0,
+                 karpenter: bool = True, log_level: str = "info", log_stream: TextIO | None = None,
+                 watch_history: int | None = None, err: TextIO | None = None):
+        self.err = err or sys.stderr
+        self.clock = RealClock(speed=speed)
+        self.lock = threading.RLock()
+        self.log = Logger(self.clock, level=log_level, stream=log_stream)
+        docs = list(documents)
+        scenario = [d for d in docs if _obj(d).get("kind") == "Scenario"]
+        if scenario:
+            print("karpy sandbox: a Scenario is for karpy simulate; the sandbox ignores it", file=self.err)
+        self.sim = Simulation([], region=region, clock=self.clock, history=True, karpenter=karpenter, strict=False,
+                              log=self.log)
+        self.api = self.sim.api
+        if watch_history is not None:
+            self.api.history_limit = int(watch_history)
+        self.mgr = self.sim.mgr
+        self.mgr.realtime = True
+        self.mgr.on_error = self._on_error
+        watched = set(self.mgr.watched_kinds())
+        self.status = WorkloadStatus(self.mgr, self.api, self.clock)
+        self.mgr.add(self.status)
+        # the manager subscribed to the kinds watched when it started; this controller adds none
+        assert set(self.mgr.watched_kinds()) <= watched, set(self.mgr.watched_kinds()) - watched
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.loop_errors = 0
+        with self.lock:
+            self._install()
+            for d in docs:
+                obj = _obj(d)
+                if obj.get("kind") == "Scenario":
+                    continue
+                self.apply(obj)
+
+    # --- contents -------------------------------------------------------------------------------------
+    def _install(self) -> None:
+        for ns in SYSTEM_NAMESPACES:
+            if self.api.try_get("Namespace", ns) is None:
+                self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
+                                 "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+        for crd in installed_crds():
+            if self.api.try_get("CustomResourceDefinition", crd["metadata"]["name"]) is None:
+                self.api.create(crd)
+
+    def apply(self, obj: dict) -> None:
+        """Create or replace an object (as ``kubectl apply`` leaves it), creating its namespace if missing."""
+        with self.lock:
+            kind = obj.get("kind", "")
+            if is_namespaced(kind):
+                ns = (obj.get("metadata") or {}).get("namespace") or "default"
+                if self.api.try_get("Namespace", ns) is None:
+                    self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
+                                     "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+            if kind == "Namespace":
+                obj = _clean(obj)
+                obj.setdefault("status", {"phase": "Active"})
+            self.sim.apply(obj)
+
+    # --- the loop -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="karpy-sandbox-world", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self.clock.wakeup:
+            self.clock.wakeup.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def step(self) -> None:
+        """Fire the timers that are due and run everything they and the API's changes queued."""
+        with self.lock:
+            now = self.clock.now()
+            self._drain()
+            for t in self.clock.pop_due(now):
+                try:
+                    t.fn()
+                except Exception as e:  # noqa: BLE001 - one failing timer must not stop the world
+                    self._report(f"timer {t.label or t.fn!r}", e)
+                self._drain()
+
+    def _drain(self) -> None:
+        try:
+            self.mgr.drain()
+        except Exception as e:  # noqa: BLE001 - a failing handler must not stop the world
+            self._report("manager", e)
+
+    def _loop(self) -> None:
+        clock = self.clock
+        while not self._stop.is_set():
+            self.step()
+            with clock.wakeup:
+                if self._stop.is_set() or self.mgr.busy():
+                    continue
+                nt = clock.next_time()
+                wait = MAX_WAIT if nt is None else min(MAX_WAIT, clock.wall_seconds_until(nt))
+                if wait > 0:
+                    clock.wakeup.wait(wait)
+
+    # --- errors -------------------------------------------------------------------------------------
+    def _on_error(self, controller: str, key: Any, e: BaseException) -> None:
+        if isinstance(e, E.ApiError) and e.code in (404, 409, 410, 429):
+            return
+        self.log.error("Reconciler error", controller=controller, key=str(key), error=str(e))
+
+    def _report(self, where: str, e: BaseException) -> None:
+        self.loop_errors += 1
+        print(f"karpy sandbox: error in {where}: {type(e).__name__}: {e}", file=self.err)
+        traceback.print_exc(file=self.err)
+
+
+def _obj(d: Any) -> dict:
+    return d.obj if hasattr(d, "obj") else d

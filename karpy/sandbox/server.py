@@ -1,0 +1,165 @@
+"""The HTTP transport of ``karpy sandbox``: the standard library's ``ThreadingHTTPServer``.
+
+Why the standard library and not aiohttp or another framework: the work per
+request is a dictionary lookup in the in-memory store under one lock, the
+clients are a handful of kubectl and controller connections, and watches are
+long-lived streams that a thread per connection serves simply (a blocking
+wait on the watch queue). ``ThreadingHTTPServer`` speaks HTTP/1.1 with
+keep-alive, which is all kubectl, client-go and the Python client need, and it
+adds no dependency (nor an event loop that the single-threaded controllers
+would have to be bridged into).
+
+Watches are sent with ``Transfer-Encoding: chunked``, one JSON event per line,
+flushed as they happen. Off loopback the server requires TLS and a bearer token
+(``Authorization: Bearer <token>``) on every request but the health checks.
+"""
+
+from __future__ import annotations
+
+import hmac
+import socket
+import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .rest import RestAPI, Response
+
+HEALTH = ("/healthz", "/livez", "/readyz")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, addr: tuple[str, int], rest: RestAPI, token: str | None, family: int):
+        self.address_family = family
+        self.rest = rest
+        self.token = token
+        super().__init__(addr, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "karpy-sandbox"
+    sys_version = ""
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def _body(self) -> bytes:
+        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                line = self.rfile.readline()
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if token is None or self.path.split("?", 1)[0] in HEALTH:
+            return True
+        got = self.headers.get("Authorization") or ""
+        return got.startswith("Bearer ") and hmac.compare_digest(got[7:].strip(), token)
+
+    def _dispatch(self) -> None:
+        body = self._body()
+        if not self._authorized():
+            self._send(Response(401, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                      "message": "Unauthorized", "reason": "Unauthorized", "code": 401}))
+            return
+        try:
+            resp = self.server.rest.handle(self.command, self.path, self.headers, body)
+        except Exception as e:  # noqa: BLE001 - a bug of ours must not kill the connection thread silently
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            resp = Response(500, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                  "message": f"internal error: {type(e).__name__}: {e}", "reason": "InternalError",
+                                  "code": 500})
+        if resp.stream is not None:
+            self._stream(resp)
+        else:
+            self._send(resp)
+
+    def _send(self, resp: Response) -> None:
+        data = resp.payload()
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for k, v in resp.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _stream(self, resp: Response) -> None:
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.flush()
+        gen = resp.stream
+        try:
+            for chunk in gen:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            self.close_connection = True
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+        self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _dispatch
+
+
+class HTTPServer:
+    """The listening socket and its serving thread."""
+
+    def __init__(self, rest: RestAPI, address: str, port: int, *, tls_cert: str | None = None,
+                 tls_key: str | None = None, token: str | None = None):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        self.httpd = _Server((address, port), rest, token, family)
+        self.tls = bool(tls_cert)
+        if tls_cert:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls_cert, tls_key)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.rest = rest
+        self.address = address
+        self.port = self.httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="karpy-sandbox-http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.rest.stopping.set()
+        self.rest.stop_watches()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
