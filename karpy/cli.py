@@ -24,13 +24,25 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
 @click.option("-o", "--output", "output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
               help="Output format.")
 @click.option("--until", "until", default="1h", show_default=True, help="Longest simulated time to run.")
 @click.option("--region", "region", default=None, help="Region of the cloud catalog (default: per provider).")
-def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None) -> None:
-    """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin)."""
+@click.option("--from-cluster", "from_cluster", is_flag=True,
+              help="Start from a live cluster's state (read through the kubeconfig), PATH... applied on top.")
+@click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
+              "$KUBECONFIG, then ~/.kube/config).")
+@click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
+def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None, from_cluster: bool,
+             kubeconfig: str | None, context: str | None) -> None:
+    """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
+
+    With --from-cluster: what would Karpenter do in this cluster if PATH... were applied?"""
+    if not paths and not from_cluster:
+        _fail_input(["PATH: at least one manifest file or directory is required (or --from-cluster)"])
+    if (kubeconfig or context) and not from_cluster:
+        _fail_input(["--kubeconfig/--context: only with --from-cluster"])
     from .api.loader import load_documents
     from .resources import parse_duration
 
@@ -44,6 +56,9 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
     if region is not None and not region.strip():
         _fail_input([f"--region: Invalid value: {json.dumps(region)}: must not be empty"])
     _tune_gc()
+    cluster: list[dict] = []
+    if from_cluster:
+        cluster = _read_cluster(kubeconfig, context)
     try:
         loaded = load_documents(list(paths))  # reads "-" from standard input, as bytes
     except Exception:  # the loader reports bad input itself; anything else is ours
@@ -59,6 +74,10 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         from .simulator.sim import Simulation
 
         sim = Simulation(loaded.documents, region=region, until=until_s)
+        if cluster:
+            from .simulator.from_cluster import seed
+
+            seed(sim, cluster)
         sim.run()
         sim.run_baseline()  # with karpy's own gates on: upstream's decisions too, for the cost side by side
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
@@ -69,6 +88,32 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         traceback.print_exc()
         sys.exit(1)
     click.echo(text, nl=False)
+
+
+def _read_cluster(kubeconfig: str | None, context: str | None) -> list[dict]:
+    """The live cluster's objects, through the client ``karpy controller`` uses."""
+    from .kube import errors as E
+    from .kube.client import ConfigError, KubeClient
+    from .simulator.from_cluster import read_cluster
+
+    try:
+        client = KubeClient.from_kubeconfig(kubeconfig, context)
+    except ConfigError as e:
+        _fail_input([f"--kubeconfig: {e}"])
+        raise  # unreachable
+    try:
+        objects, notes = read_cluster(client)
+    except E.ApiError as e:
+        click.echo(f"error: reading the cluster: {e.code} {e.reason}: {e}", err=True)
+        sys.exit(1)
+    except OSError as e:
+        click.echo(f"error: reading the cluster: {e}", err=True)
+        sys.exit(1)
+    finally:
+        client.close()
+    for n in notes:
+        click.echo(f"note: {n}", err=True)
+    return objects
 
 
 def _tune_gc() -> None:

@@ -120,6 +120,7 @@ class Simulation:
         self.stopped: str | None = None  # why the simulation stopped before --until, when it did
         self._args = (region, until)
         self.baseline: Simulation | None = None  # the same input with karpy's gates off, see run_baseline()
+        self.seeded: list[dict] = []  # a live cluster's objects it started from (--from-cluster)
         self.mgr.start()
 
     @property
@@ -140,6 +141,10 @@ class Simulation:
         scenario["spec"] = spec
         region, until = self._args
         self.baseline = Simulation([*self.initial, scenario], region=region, until=until)
+        if self.seeded:
+            from .from_cluster import seed
+
+            seed(self.baseline, self.seeded)
         self.baseline.run()
         return self.baseline
 

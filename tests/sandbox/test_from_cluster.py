@@ -1,0 +1,91 @@
+"""`karpy simulate --from-cluster`: "what would Karpenter do in this cluster if I applied this?", read from a
+running `karpy sandbox` through the same client `karpy controller` uses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .harness import EXAMPLE, RunningSandbox, wait_for
+
+EXTRA = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: extra}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: extra}}
+  template:
+    metadata: {labels: {app: extra}}
+    spec:
+      nodeSelector: {kubernetes.io/arch: arm64}
+      containers: [{name: c, image: x, resources: {requests: {cpu: "1"}}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def workshop(tmp_path_factory):
+    """The AKS workshop applied to a sandbox with Karpenter: two arm64 NodeClaims hold its four pods."""
+    box = RunningSandbox(tmp_path_factory.mktemp("workshop"), [str(EXAMPLE), "--speed", "100"])
+    try:
+        wait_for(lambda: len(_ready_claims(box)) == 2, 60, 0.2, "two ready NodeClaims")
+        yield box
+    finally:
+        assert box.stop() == 0, box.log("stderr")
+
+
+def _ready_claims(box: RunningSandbox) -> list[dict]:
+    items = box.get_json("/apis/karpenter.sh/v1/nodeclaims")["items"]
+    return [c for c in items if any(x.get("type") == "Ready" and x.get("status") == "True"
+                                    for x in (c.get("status") or {}).get("conditions") or ())]
+
+
+def _simulate(box: RunningSandbox, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "karpy.cli", "simulate", "--from-cluster", "--kubeconfig",
+                           str(box.kubeconfig), *args], capture_output=True, text=True, timeout=120, cwd=box.tmp)
+
+
+def test_the_cluster_as_it_is_needs_nothing_new(workshop):
+    live = sorted(c["metadata"]["name"] for c in _ready_claims(workshop))
+    p = _simulate(workshop, "-o", "json")
+    assert p.returncode == 0, p.stderr
+    status = json.loads(p.stdout)["items"][-1]["status"]
+    # the cluster's NodeClaims carry over as launched; nothing is launched again or removed
+    assert sorted(c["name"] for c in status["nodeClaims"]) == live
+    assert all(c["deletedAt"] is None for c in status["nodeClaims"])
+    assert status["pods"]["pending"] == 0
+
+
+def test_a_new_deployment_on_top_gets_its_own_node(workshop, tmp_path):
+    live = {c["metadata"]["name"] for c in _ready_claims(workshop)}
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(EXTRA)
+    p = _simulate(workshop, str(extra), "-o", "json")
+    assert p.returncode == 0, p.stderr
+    items = json.loads(p.stdout)["items"]
+    status = items[-1]["status"]
+    new = [c for c in status["nodeClaims"] if c["name"] not in live]
+    assert len(new) == 1 and new[0]["arch"] == "arm64" and new[0]["nodePool"] == "default-demo"
+    extra_pods = [i for i in items if i["kind"] == "Pod" and i["metadata"]["name"].startswith("extra-")]
+    assert len(extra_pods) == 3 and all(pod["spec"].get("nodeName") for pod in extra_pods)
+    assert status["pods"]["pending"] == 0
+    # the live cluster is only read
+    assert {c["metadata"]["name"] for c in _ready_claims(workshop)} == live
+    assert all(d["metadata"]["name"] != "extra" for d in workshop.get_json("/apis/apps/v1/deployments")["items"])
+
+
+def test_an_unreadable_kubeconfig_exits_2_without_a_traceback(tmp_path):
+    bad = tmp_path / "kc"
+    bad.write_text("not: [a kubeconfig")
+    p = subprocess.run([sys.executable, "-m", "karpy.cli", "simulate", "--from-cluster", "--kubeconfig", str(bad)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--kubeconfig" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_kubeconfig_without_from_cluster_is_refused(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "karpy.cli", "simulate", str(EXAMPLE), "--kubeconfig", "x"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "only with --from-cluster" in p.stderr
