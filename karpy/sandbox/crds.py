@@ -11,7 +11,6 @@ kinds table (:mod:`karpy.kube.registry`) with upstream's printer columns.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ..kube.registry import BY_KIND, CRD_KINDS, ResourceType
@@ -45,29 +44,14 @@ PRINTER_COLUMNS: dict[str, list[dict]] = {
     "KWOKNodeClass": [_AGE],
 }
 
-# TODO: pin the function's name once karpy/api/crds.py has landed; until then any of these is taken.
-_PROVIDER_FUNCTIONS = ("crds", "all_crds", "crd_documents", "custom_resource_definitions", "installed_crds")
-
-
 def _from_api_module() -> list[dict] | None:
+    """The full CRDs (schemas, printer columns, short names) of :func:`karpy.api.crds.crds`."""
     try:
-        mod = importlib.import_module("karpy.api.crds")
-    except ImportError:
+        from ..api.crds import crds
+    except ImportError:  # pragma: no cover - the module ships with karpy; kept for partial installs
         return None
-    for fname in _PROVIDER_FUNCTIONS:
-        fn = getattr(mod, fname, None)
-        if not callable(fn):
-            continue
-        try:
-            out = fn()
-        except TypeError:
-            continue
-        if isinstance(out, dict):
-            out = list(out.values())
-        out = [c for c in (out or []) if isinstance(c, dict) and c.get("kind") == "CustomResourceDefinition"]
-        if out:
-            return out
-    return None
+    out = [c for c in crds() if isinstance(c, dict) and c.get("kind") == "CustomResourceDefinition"]
+    return out or None
 
 
 def _minimal(t: ResourceType) -> dict:

@@ -52,7 +52,7 @@ from ..kube import errors as E
 from ..kube.memory import MemoryAPI
 from ..kube.patch import json_patch, merge_patch
 from ..kube.port import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
-from ..kube.registry import BY_KIND, is_namespaced
+from ..kube.registry import BY_KIND
 from ..kube.selectors import selector_to_string
 from . import discovery as D
 from . import tables as T
@@ -707,8 +707,7 @@ class RestAPI:
                 self._delete_namespace_contents(r.name)
             out = self.api.delete(s.kind, r.name, self._ns(r), propagation=o["propagation"],
                                   preconditions=o["preconditions"])
-        code = 202 if out is not None and _meta(out).get("finalizers") and self.api.try_get(s.kind, r.name, self._ns(r)) else 200
-        return self._render_one(s, out or cur, headers, code)
+        return self._render_one(s, out or cur, headers)
 
     def _delete_namespace_contents(self, ns: str) -> None:
         if ns in SYSTEM_NAMESPACES:
@@ -938,6 +937,11 @@ def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False) -> Any:
     if not body:
         raise E.BadRequest("the request has no body")
     ct = _content_type(headers) if headers else "application/json"
+    if "protobuf" in ct or "cbor" in ct:
+        # kubectl's generators (create namespace|deployment|configmap..., run, expose, drain) send protobuf
+        raise E.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media types "
+                                     f"include: application/json, application/yaml (karpy sandbox does not decode "
+                                     f"{ct}; write the object as YAML and use kubectl apply -f or kubectl create -f)")
     try:
         if yaml_ok or "yaml" in ct:
             return yaml.safe_load(body)
