@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# characters that end a line for str.splitlines(): an error is one line, whatever a key or value holds
+_LINE_BREAKS = {c: f"\\u{c:04x}" if c > 0xff else f"\\x{c:02x}"
+                for c in (0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029)}
+
 
 @dataclass
 class FieldError:
@@ -25,7 +29,7 @@ class FieldError:
             where += f": {doc}"
         if self.field:
             where += f": {self.field}"
-        return f"{where}: {self.message}"
+        return f"{where}: {self.message}".translate(_LINE_BREAKS)
 
 
 class InputError(Exception):

@@ -1289,3 +1289,16 @@ def test_the_guard_is_reported_by_the_cli(monkeypatch, tmp_path):
     assert "warning: stopped at" in r.stderr and "2 disruption commands" in r.stderr
     status = json.loads(r.stdout)["items"][-1]["status"]
     assert status["stoppedEarly"].startswith("stopped at")
+
+
+@pytest.mark.parametrize("key", ["\x85", "a\nb", "\u2028", "x]y"])
+def test_an_error_about_an_odd_key_stays_on_one_line(key, tmp_path):
+    """A key holding a line break (NEL, LF, LINE SEPARATOR) or a bracket is quoted in the field path, and no
+    error message spans two lines."""
+    claim = {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "x1"}, "spec": {key: False}}
+    path = tmp_path / "in.yaml"
+    path.write_text(dump([NODECLASS, nodepool(), claim]))
+    r = invoke([str(path)])
+    assert r.exit_code == 2
+    lines = r.stderr.splitlines()
+    assert lines and all(ln.startswith(f"error: {path}: document 2 (NodeClaim/x1): spec") for ln in lines), lines

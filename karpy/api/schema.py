@@ -77,6 +77,8 @@ def child(path: str, key: str) -> str:
     """The path of a map entry or property: ``spec.limits.cpu`` or ``...requests[nvidia.com/gpu]``."""
     if _IDENT.match(key):
         return f"{path}.{key}" if path else key
+    if not key.isprintable() or "]" in key:
+        return f"{path}[{json.dumps(key)}]"
     return f"{path}[{key}]"
 
 
