@@ -45,10 +45,13 @@ def check_fit(nodeclaims, requested_of) -> list[str]:
     return problems
 
 
-def check_diverse(pods, results, instance_types, info: dict | None = None) -> list[str]:
+def check_diverse(pods, results, instance_types, info: dict | None = None, final_zones: bool = True) -> list[str]:
     """All the makeDiversePods invariants; returns the list of violations (empty = PASS).
 
     ``info``, when given, receives figures that are reported but do not fail the check.
+    ``final_zones``: check zone spread with every pod counted in its NodeClaim's final zone (what
+    karpy's ZonePinning gate guarantees); without it (upstream's decisions) those skews are only counted
+    in ``info['zone_spread_final_violations']``.
     """
     problems: list[str] = []
     by_name = {p.name: p for p in pods}
@@ -120,6 +123,7 @@ def check_diverse(pods, results, instance_types, info: dict | None = None) -> li
     zone_final = defaultdict(Counter)  # same, with every pod counted in its NodeClaim's final zone
     host_counts = defaultdict(Counter)  # hostname -> my-label value -> count
     late_pin = 0
+    final_violations = 0
     for i in order:
         p = pods[i]
         if p.name not in node_of_pod:
@@ -140,9 +144,11 @@ def check_diverse(pods, results, instance_types, info: dict | None = None) -> li
             for counts, label in ((zone_known[v], "known"), (zone_final[v], "final")):
                 skew = counts[zone] + (1 if own == v else 0) - min(counts[z] for z in all_zones)
                 if skew > 1:
-                    if label == "final":
+                    if label == "final" and final_zones:
                         problems.append(f"zone spread: {p.name} (selector my-label={v}) placed in {zone} with counts "
                                         f"{ {z: counts[z] for z in all_zones} }: skew {skew} > 1")
+                    elif label == "final":
+                        final_violations += 1
                     else:
                         late_pin += 1
         if own is not None:
@@ -163,6 +169,7 @@ def check_diverse(pods, results, instance_types, info: dict | None = None) -> li
                 final_skew = max(final_skew, max(c[z] for z in all_zones) - min(c[z] for z in all_zones))
         info["zone_spread_final_skew"] = final_skew
         info["zone_spread_late_pin_violations"] = late_pin
+        info["zone_spread_final_violations"] = final_violations
         info["unpinned_nodeclaims"] = sum(1 for nc in results.new_nodeclaims if nc.hostname not in pinned_nodes)
 
     # 5. zone affinity: each my-affininity group in one zone
