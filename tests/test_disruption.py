@@ -13,6 +13,7 @@ initialized, Ready and consolidatable, and "now" is Monday 2024-01-01 10:00 UTC.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import os
 
 import pytest
@@ -953,6 +954,86 @@ class TestMultiNodeConsolidation:
             c.node(f"n{i}", itype="std-2", pods=[dpod(cpu="0.6")])
         cmd = c.step().command
         assert "pinned" not in names(cmd)
+
+
+class LimitedCluster(Cluster):
+    """A Cluster whose NodePools' limits are charged with their nodes' capacity, as the controller does
+    (nodes marked for deletion or terminating excepted)."""
+
+    def snapshot(self):
+        snap = super().snapshot()
+        usage: dict[str, dict[str, int]] = {}
+        for n in self.nodes:
+            if n.nodepool is None or n.marked_for_deletion or n.terminating:
+                continue
+            u = usage.setdefault(n.nodepool, {"nodes": 0})
+            for k, v in n.instance_type.capacity.items():
+                u[k] = u.get(k, 0) + v
+            u["nodes"] += 1
+        templates = []
+        for t in snap.templates:
+            limits = res.parse_resource_list(self.nodepools[t.nodepool]["spec"].get("limits"))
+            if limits:
+                u = usage.get(t.nodepool, {})
+                t = replace(t, remaining={k: v - u.get(k, 0) for k, v in limits.items()})
+            templates.append(t)
+        snap.templates = templates
+        return snap
+
+
+class TestLimitsDuringConsolidation:
+    """Upstream's SimulateScheduling builds its scheduler from the nodes that stay: a NodePool's remaining
+    limits count the candidates' capacity as freed, and a replacement beyond what remains is not computed."""
+
+    def _full(self, c, name: str):
+        # full, and kept (do-not-disrupt): only the other node is a candidate
+        return c.node(name, itype="std-4", pods=[dpod(cpu="1", do_not_disrupt="true") for _ in range(4)])
+
+    def test_a_nodepool_at_its_limit_can_still_replace_a_node_by_a_cheaper_one(self):
+        c = LimitedCluster()
+        c.nodepool(requirements=ON_DEMAND_ONLY, limits={"cpu": "12"})
+        c.node("a", itype="std-8", pods=[dpod(cpu="3")])
+        self._full(c, "b")
+        cmd = c.step().command
+        assert cmd is not None and cmd.decision == "replace" and names(cmd) == ["a"]
+        assert replacement_types(cmd) == ["std-4"]  # 8 of the 12 vCPU are the candidate's: 4 fit
+        assert_strictly_cheaper(cmd)
+
+    def test_a_replacement_beyond_the_remaining_limit_is_not_launched(self):
+        # the limit was lowered below what runs: without the candidate 2 vCPU remain, the pods need 3
+        c = LimitedCluster()
+        c.nodepool(requirements=ON_DEMAND_ONLY, limits={"cpu": "6"})
+        c.node("a", itype="std-8", pods=[dpod(cpu="3")])
+        self._full(c, "b")
+        r = c.step()
+        assert r.command is None
+        assert events_for(r, "a", "Unconsolidatable")
+
+    def test_several_candidates_free_their_capacity_together(self):
+        c = LimitedCluster()
+        c.nodepool(budgets=[{"nodes": "100%"}], requirements=ON_DEMAND_ONLY, limits={"cpu": "16"})
+        c.node("a", itype="std-8", pods=[dpod(cpu="1")])
+        c.node("b", itype="std-8", pods=[dpod(cpu="1")])
+        cmd = c.step().command
+        assert cmd.method == "multi" and names(cmd) == ["a", "b"]
+        assert cmd.decision == "replace" and replacement_types(cmd)[0] == "std-2"
+
+    def test_a_node_count_limit_counts_the_candidate_as_gone(self):
+        c = LimitedCluster()
+        c.nodepool(requirements=ON_DEMAND_ONLY, limits={"nodes": "2"})
+        c.node("a", itype="std-8", pods=[dpod(cpu="3")])
+        self._full(c, "b")
+        cmd = c.step().command
+        assert cmd is not None and cmd.decision == "replace" and names(cmd) == ["a"]
+
+    def test_other_nodepools_limits_are_untouched(self):
+        c = LimitedCluster()
+        c.nodepool("other", requirements=ON_DEMAND_ONLY, limits={"cpu": "0"}, weight=100)
+        c.nodepool(requirements=ON_DEMAND_ONLY, limits={"cpu": "12"})
+        c.node("a", itype="std-8", pods=[dpod(cpu="3")])
+        self._full(c, "b")
+        cmd = c.step().command
+        assert cmd.decision == "replace" and cmd.replacements[0].template.nodepool == "default"
 
 
 class TestNothingToDoIsRemembered:

@@ -769,6 +769,25 @@ class TestRequirementOperators:
         r = solve(kwok_template(), [p])
         assert {it.labels[KWOK_CPU] for it in r.new_nodeclaims[0].instance_types} == {"16", "32"}
 
+    INTEGER = "example.com/integer"
+
+    def _integer_types(self):
+        return [instance_type(f"int-{n}", cpu=n, memory_gib=2 * n, labels={self.INTEGER: str(n)}) for n in (2, 16, 32)]
+
+    def test_gte_from_the_nodepool(self):
+        """It("should schedule compatible requirements with Operator=Gte"): a NodePool requirement"""
+        np = nodepool(requirements=[expr(self.INTEGER, "Gte", "16")])
+        r = solve(template(np, types=self._integer_types(), provider_labels=frozenset({self.INTEGER})), [pod()])
+        (c,) = r.new_nodeclaims
+        assert type_names(c) == ["int-16", "int-32"]  # cheapest first: int-16 is launched
+
+    def test_lte_from_the_nodepool(self):
+        """It("should schedule compatible requirements with Operator=Lte"): a NodePool requirement"""
+        np = nodepool(requirements=[expr(self.INTEGER, "Lte", "2")])
+        r = solve(template(np, types=self._integer_types(), provider_labels=frozenset({self.INTEGER})), [pod()])
+        (c,) = r.new_nodeclaims
+        assert type_names(c) == ["int-2"]
+
     def test_bounds_that_exclude_every_type(self):
         p = pod(required=[[expr(KWOK_CPU, "Gt", "1000")]])
         r = solve(kwok_template(), [p])

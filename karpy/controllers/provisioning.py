@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any
 
 from .. import resources as res
+from ..api import labels as api_labels
 from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
 from ..disruption.candidates import currently_reschedulable
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
@@ -31,6 +32,8 @@ from ..kube.port import DELETED
 from ..provisioning.templates import build_template
 from ..runtime.events import ref
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
+from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
+from ..scheduling.volumes import has_volume_claims
 from ..state import pods as P
 from ..state.cluster import PodEntry, StateNode
 from .env import Env
@@ -39,7 +42,7 @@ from ..runtime.manager import deleting
 
 POD_REQUEUE = 10.0
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
-RESTRICTED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh")
+SIMULATION_KEYS = frozenset({"karpenter.sh/registered", "karpenter.sh/initialized"})  # never NodeClaim labels
 
 
 class PodTrigger:
@@ -107,6 +110,8 @@ class Provisioner:
         self._last_noop: tuple | None = None
         self._messages: dict[str, str] = {}  # pod key -> the last FailedScheduling message published
         self._tpl_cache: dict[str, tuple[tuple, NodeClaimTemplate]] = {}
+        self._well_known_cache: tuple[int, tuple[frozenset[str], frozenset[str]]] | None = None
+        self.ignored: list[tuple[PodEntry, str]] = []  # pending pods the last provisionable() left out, and why
         self.solves = 0
 
     def setup(self, mgr) -> None:
@@ -146,7 +151,7 @@ class Provisioner:
         env = self.env
         c = env.cluster
         daemons = None
-        usage = c.usage
+        usage = c.usage_for_limits()
         out: list[NodeClaimTemplate] = []
         problems: dict[str, str] = {}
         classes: dict[str, tuple[dict, dict]] = {}
@@ -182,15 +187,54 @@ class Provisioner:
             classes[name] = (np, nodeclass)
         return out, problems, classes
 
+    def label_rules(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(well-known labels, restricted domains) for pod validation: upstream's WellKnownLabels and
+        RestrictedLabelDomains, Karpenter's own plus those of every provider the NodePools use."""
+        c = self.env.cluster
+        hit = self._well_known_cache
+        if hit is None or hit[0] != c.nodepools_version:
+            wk = set(CORE_WELL_KNOWN_LABELS) - {LABEL_HOSTNAME}
+            domains = set(RESTRICTED_LABEL_DOMAINS)
+            for np in c.nodepools.values():
+                wk |= self.env.cloud.well_known_labels(np)
+                ref = (((np.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
+                prov = api_labels.provider_labels(ref.get("group"))
+                if prov is not None:
+                    wk |= api_labels.well_known_labels(prov)
+                    domains |= api_labels.restricted_domains(prov)
+            hit = self._well_known_cache = (c.nodepools_version, (frozenset(wk), frozenset(domains)))
+        return hit[1]
+
+    def ignore_reason(self, e: PodEntry) -> str | None:
+        """Why upstream's provisioner would ignore this pending pod (Provisioner.Validate), or None."""
+        rules = self.label_rules()
+        cached = e.info.__dict__.get("_karpy_ignore")
+        if cached is not None and cached[0] is rules:
+            why = cached[1]
+        else:
+            why = pod_problem(e.obj, *rules)
+            e.info.__dict__["_karpy_ignore"] = (rules, why)
+        if why is None and has_volume_claims(e.obj):
+            vt = self.env.cluster.pod_info(e).volume_requirements
+            if vt is not None and vt.invalid is not None:
+                why = vt.invalid
+        return why
+
     def provisionable(self) -> tuple[list[PodEntry], list[PodEntry]]:
         """Pending pods to place, and the pods of nodes being deleted (capacity for them is
-        launched while their node drains); pods nominated to a node still coming up keep their room."""
+        launched while their node drains); pods nominated to a node still coming up keep their room.
+        Pending pods upstream's validation rejects are left out (and kept in ``self.ignored``)."""
         c = self.env.cluster
         now = self.env.now()
         pending: list[PodEntry] = []
+        ignored: list[tuple[PodEntry, str]] = []
         for key in c.pending:
             e = c.pods[key]
             if not P.is_provisionable(e.obj):
+                continue
+            why = self.ignore_reason(e)
+            if why is not None:
+                ignored.append((e, why))
                 continue
             target = c.nominations.get(key)
             if target is not None:
@@ -218,6 +262,7 @@ class Provisioner:
                     c.clear_nomination(e.key)
                 deleting.append(e)
         key = lambda e: (P.parse_time(e.obj["metadata"].get("creationTimestamp")) or 0.0, e.key)  # noqa: E731
+        self.ignored = sorted(ignored, key=lambda t: key(t[0]))
         return sorted(pending, key=key), sorted(deleting, key=key)
 
     def existing(self) -> list[ExistingNode]:
@@ -256,6 +301,12 @@ class Provisioner:
         env = self.env
         c = env.cluster
         pending, deleting = self.provisionable()
+        for e, why in self.ignored:
+            # upstream: "ignoring pod" (no event for a pod that asks to stay off Karpenter's nodes)
+            msg = f"ignoring pod, {why}"
+            if why != AVOIDS_KARPENTER and self._messages.get(e.key) != msg:
+                env.recorder.publish(ref(e.obj), "FailedScheduling", f"Failed to schedule pod, {msg}", "Warning")
+            self._messages[e.key] = msg
         pods = pending + deleting
         if not pods:
             return
@@ -321,10 +372,12 @@ class Provisioner:
         labels = dict(nc.template.labels)
         labels[LABEL_NODEPOOL] = name_np
         for r in nc.requirements:
-            if r.key in CORE_WELL_KNOWN_LABELS or r.key in nc.template.well_known_labels or _restricted(r.key):
+            # upstream's resolveCustomLabelsFromRequirements: every custom label with a value to give
+            if r.key in CORE_WELL_KNOWN_LABELS or r.key in nc.template.well_known_labels or r.key in SIMULATION_KEYS:
                 continue
-            if not r.complement and r.values:
-                labels.setdefault(r.key, sorted(r.values)[0])
+            value = _label_value(r)
+            if value is not None:
+                labels.setdefault(r.key, value)
         annotations = {str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("annotations") or {}).items()}
         annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool, memo=True), NODEPOOL_HASH_VERSION: HASH_VERSION,
                             NODECLASS_HASH: nodeclass_hash(nodeclass, memo=True)})
@@ -369,9 +422,19 @@ class Provisioner:
         return created
 
 
-def _restricted(key: str) -> bool:
-    domain = key.split("/", 1)[0] if "/" in key else ""
-    return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS)
+def _label_value(r) -> str | None:
+    """A value for a node label the requirement allows: the first of an In set; for NotIn, Exists,
+    Gt and Lt the smallest non-negative integer within the bounds and not excluded (upstream picks
+    a random one); none for DoesNotExist."""
+    if not r.complement:
+        vals = sorted(v for v in r.values if r.has(v))
+        return vals[0] if vals else None
+    i = max(r.gte or 0, 0)
+    while r.lte is None or i <= r.lte:
+        if str(i) not in r.values:
+            return str(i)
+        i += 1
+    return None
 
 
 def _order(sn: StateNode) -> tuple:

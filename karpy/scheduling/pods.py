@@ -13,6 +13,7 @@ from typing import Mapping
 
 from .. import resources as res
 from .requirements import DOES_NOT_EXIST, EXISTS, IN, NOT_IN, Requirement, Requirements
+from .volumes import VolumeTopology
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -244,7 +245,7 @@ class PodInfo:
     preferred_anti_affinity: list[AffinityTerm]
     host_ports: frozenset[tuple[str, int, str]]
     priority: int = 0
-    volume_requirements: Requirements | None = None
+    volume_requirements: VolumeTopology | None = None  # what its volumes ask of the node (never part of requirements())
     obj: dict | None = None
     class_key: tuple = ()
     moving: bool = False  # being moved off a node by consolidation (not a pending pod)
@@ -263,14 +264,15 @@ class PodInfo:
         return lk
 
     def requirements(self, with_preferences: bool = True) -> Requirements:
-        """nodeSelector + the first required term (+ the heaviest preference)."""
+        """nodeSelector + the first required term (+ the heaviest preference).
+
+        Volume topology is not part of them: as upstream, it narrows the node a pod goes to but
+        not the pod's own affinity, which topology spread counts are judged on."""
         r = self.node_selector.copy()
         if with_preferences and self.preferred_terms:
             r.add_all(self.preferred_terms[0][1])
         if self.required_terms:
             r.add_all(self.required_terms[0])
-        if self.volume_requirements is not None:
-            r.add_all(self.volume_requirements)
         return r
 
     def strict_requirements(self) -> Requirements:

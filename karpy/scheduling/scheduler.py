@@ -110,6 +110,7 @@ class ExistingNode:
     schedulable: bool = True  # False: cordoned or being deleted
     initialized: bool = True  # False: a NodeClaim still launching or registering
     takes_moving: bool = True  # False: pods moved by consolidation may not land here
+    capacity: dict[str, int] | None = None  # what it counts against its NodePool's limits (None: allocatable)
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -315,6 +316,9 @@ class _Class:
         self.req_key = tuple(int(x) for x in self.request_vec)
         topo = s.topology
         self.strict = p.strict_requirements()
+        vt = p.volume_requirements
+        self.volume_invalid = vt.invalid if vt is not None else None
+        self.volumes = vt if vt is not None and vt.alternatives else None
         self.spreads: list[tuple[TopologyGroup, bool, tuple[str, str]]] = []
         for c in p.spread:
             if c.when_unsatisfiable == "ScheduleAnyway" and not s.respect_preferences:
@@ -436,6 +440,13 @@ class Scheduler:
         s.remaining_nodes = dict(base.remaining_nodes)
         gone = [prep.existing[n] for n in exclude if n in prep.existing]
         gone_names = {n.name for n in gone}
+        # as upstream's SimulateScheduling: the NodePools' limits are judged without the nodes left out
+        for n in gone:
+            rem = s.remaining.get(n.nodepool) if n.nodepool is not None else None
+            if rem is not None:
+                s.remaining[n.nodepool] = rem + s.vector(n.capacity if n.capacity is not None else n.allocatable)
+            if n.nodepool in s.remaining_nodes:
+                s.remaining_nodes[n.nodepool] += 1
         s.nodes = [n for n in base.nodes if n.node.name not in gone_names]
         s._gone = [n for n in base.nodes if n.node.name in gone_names]
         s._prep = prep
@@ -704,6 +715,8 @@ class Scheduler:
 
     def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
         """Place as many of the class's pods as possible; the failure reason if some remain."""
+        if cls.volume_invalid is not None:
+            return f"ignoring pod, {cls.volume_invalid}"
         # existing nodes first (those with room for one pod of the class, in order)
         if self.nodes and cls.pods:
             nz = cls.nz_list
@@ -757,6 +770,8 @@ class Scheduler:
             return 0, None
         if len(cls.reqs) and not cls.reqs.satisfied_by_labels(node.labels):
             return 0, None  # a node has every label it will ever have
+        if cls.volumes is not None and not cls.volumes.satisfied_by_labels(node.labels):
+            return 0, None
         if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, self._ports.get(node.row, node.node.host_ports)):
             return 0, None
         avail = node.alloc - self._used_mat[node.row]
@@ -811,6 +826,29 @@ class Scheduler:
             new_req = claim.req.union(reqs)
         else:
             new_req = claim.req
+        if cls.volumes is None:
+            return self._fit_claim_with(cls, claim, want, new_req)
+        # the volumes' alternatives, in order: the first the claim can take the pods with wins
+        why = None
+        for alt in cls.volumes.alternatives:
+            if len(alt):
+                hr = alt._reqs.get(LABEL_HOSTNAME)
+                bad = None if hr is None or hr.has(claim.hostname) else f"{LABEL_HOSTNAME} {hr} cannot match a new node"
+                bad = bad or new_req.compatible(alt, allow_undefined=tpl.well_known_labels)
+                if bad is not None:
+                    why = f"incompatible volume requirements, {bad}"
+                    continue
+                fit = self._fit_claim_with(cls, claim, want, new_req.union(alt))
+            else:
+                fit = self._fit_claim_with(cls, claim, want, new_req)
+            if fit[0] > 0:
+                return fit
+            why = fit[3]
+        return 0, None, None, why
+
+    def _fit_claim_with(self, cls: _Class, claim: _Claim, want: int,
+                        new_req: Requirements) -> tuple[int, Requirements | None, np.ndarray | None, str | None]:
+        ts = claim.ts
         k = want
         if cls.rep.host_ports:
             k = 1
@@ -941,7 +979,7 @@ class Scheduler:
     def _incompatible_message(self, cls: _Class, ts: _TemplateState, why: str | None) -> str:
         tpl = ts.tpl
         msg = f'incompatible with nodepool "{tpl.nodepool}"'
-        if why and why.startswith("did not tolerate"):
+        if why and why.startswith(("did not tolerate", "incompatible volume requirements")):
             return f"{msg}, {why}"
         if why and why.startswith("incompatible requirements"):
             return f"{msg}, {why[len('incompatible requirements, '):]}"

@@ -495,6 +495,24 @@ class Cluster:
             self.volumes[key] = obj
         self.version += 1
 
+    def usage_for_limits(self) -> dict[str, dict[str, int]]:
+        """NodePool -> what counts against its limits: the capacity (and "nodes") of its launched
+        NodeClaims, less those marked for deletion or deleting (upstream's nodePoolResources)."""
+        freed: dict[str, dict[str, int]] = {}
+        for sn in self.nodes.values():
+            if (sn.marked or sn.deleting()) and sn.claim_name in self._counted:
+                np, counted = self._counted[sn.claim_name]
+                freed[np] = res.add(freed.get(np, {}), counted)
+        if not freed:
+            return self.usage
+        out = dict(self.usage)
+        for np, f in freed.items():
+            u = dict(out.get(np, {}))
+            for k, v in f.items():
+                u[k] = u.get(k, 0) - v
+            out[np] = u
+        return out
+
     def volume_lookup(self, kind: str, ns: str, name: str) -> dict | None:
         return self.volumes.get((kind, ns if kind == "PersistentVolumeClaim" else "", name))
 
@@ -588,7 +606,7 @@ class Cluster:
         e = ExistingNode(
             name=sn.name, labels=labels, taints=taints, allocatable=sn.allocatable(), requested=requested,
             host_ports=ports, nodepool=sn.nodepool, bound_pods=[self.pod_info(x) for x in bound] + [x.info for x in nominated],
-            schedulable=not sn.unschedulable(), initialized=sn.initialized(),
+            schedulable=not sn.unschedulable(), initialized=sn.initialized(), capacity=sn.capacity(),
         )
         if not nominated:
             sn._existing = (sn.version, e)
