@@ -160,6 +160,8 @@ class Provisioner:
             np = c.nodepools[name]
             if deleting(np):
                 continue  # upstream ignores NodePools being deleted
+            if (np.get("spec") or {}).get("replicas") is not None:
+                continue  # a static NodePool keeps its own count of nodes; pending pods never launch from it
             nodeclass, nref = c.nodeclass_for(np)
             if nodeclass is None or (hasattr(env.cloud, "serves") and not env.cloud.serves(nref)):
                 problems[name] = f'incompatible with nodepool "{name}", nodeclass not found'

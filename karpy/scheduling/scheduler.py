@@ -347,9 +347,6 @@ class _Class:
             )
         return self._bound
 
-    def forces_own_node(self) -> bool:
-        return any(g.key == LABEL_HOSTNAME and self_sel for g, self_sel in self.antis)
-
     def selecting(self) -> list[TopologyGroup]:
         if self._selecting is None:
             p = self.rep
@@ -658,10 +655,8 @@ class Scheduler:
         # register every constraint before counting anything, so each pod is recorded into all groups
         if not prepared:
             self._register_existing_topology(classes)
-        # Largest first, as upstream; but pods that each need a node of their own (required
-        # hostname anti-affinity against themselves) go first, so the nodes they force into
-        # existence are there for everything else to pack onto.
-        classes.sort(key=lambda c: (not c.forces_own_node(), -c.rep.requests.get(res.CPU, 0), -c.rep.requests.get(res.MEMORY, 0)))
+        # Largest first (CPU, then memory), as upstream's queue orders pods.
+        classes.sort(key=lambda c: (-c.rep.requests.get(res.CPU, 0), -c.rep.requests.get(res.MEMORY, 0)))
 
         placed_existing: dict[str, list[PodInfo]] = {}
         errors: dict[str, str] = {}

@@ -162,6 +162,16 @@ def test_nodepools_being_deleted_are_ignored(h):
     assert h.nodeclaims() == []
 
 
+def test_static_nodepools_do_not_provision_for_pending_pods(h):
+    """Upstream's provisioner skips static NodePools (spec.replicas set; nodepoolutils.IsStatic): a pending pod
+    launches from the dynamic NodePool beside it, never from the static one."""
+    static = nodepool("a-static")
+    static["spec"]["replicas"] = 1
+    h.setup(static, nodepool("b-dynamic"))
+    _provision(h, pod("a", unschedulable=True))
+    assert [c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in h.nodeclaims()] == ["b-dynamic"]
+
+
 def test_the_same_failed_scheduling_message_is_not_repeated(h):
     """A pod that stays unschedulable for the same reason gets one FailedScheduling event, not one per batch."""
     h.create(nodepool())
