@@ -6,13 +6,24 @@ For each PDB (a stand-in for kube-controller-manager's disruption controller):
   selector matches; with ``maxUnavailable`` or a percentage ``minAvailable``,
   the summed scale of the pods' controllers (a ReplicaSet a Deployment owns
   counts as the Deployment; StatefulSets and ReplicaSets by their replicas), so
-  evicted pods do not shrink it. A pod with no scalable controller makes that
-  computation fail, and the PDB then allows no disruption (as Kubernetes'
-  fail-safe does);
+  evicted pods do not shrink it. A pod with no controller at all is
+  "unmanaged": it adds nothing to ``expectedPods`` (Kubernetes warns with an
+  ``UnmanagedPods`` Event and carries on); a pod whose controller has no scale
+  (a Job, a DaemonSet, a ReplicaSet whose Deployment is gone) makes the
+  computation fail, and the PDB then allows no disruption (Kubernetes'
+  failSafe);
 * ``desiredHealthy``: ``minAvailable`` (a percentage of ``expectedPods``, rounded
   up), or ``expectedPods - maxUnavailable`` (a percentage rounded up);
 * ``currentHealthy``: matching pods that are Ready and not being deleted or
   just evicted;
+* pods terminate at once in the simulated world, where Kubernetes lists an
+  evicted or deleted pod (terminating) for its ``terminationGracePeriodSeconds``
+  (30 s by default): for that long the pod still counts towards
+  ``expectedPods`` (its controller's scale, or itself with an integer
+  ``minAvailable``), never towards ``currentHealthy``. Without this, a
+  Deployment whose every pod was just evicted would drop out of
+  ``expectedPods`` until its controller recreated them, and the PDB would
+  allow evictions Kubernetes refuses;
 * ``disruptionsAllowed``: ``currentHealthy - desiredHealthy``, at least 0;
 * ``observedGeneration`` and the ``DisruptionAllowed`` condition.
 
@@ -37,6 +48,7 @@ from ..scheduling.pods import LabelSelector
 from ..state import pods as P
 
 SCALED = ("Deployment", "ReplicaSet", "StatefulSet")
+TERMINATION_GRACE = 30  # seconds: a pod's terminationGracePeriodSeconds when it sets none (the API server's default)
 
 
 def scaled_value(value: Any, total: int) -> int:
@@ -49,11 +61,13 @@ def scaled_value(value: Any, total: int) -> int:
 
 
 class _Budget:
-    __slots__ = ("selector", "members")
+    __slots__ = ("selector", "members", "terminating")
 
     def __init__(self, selector: LabelSelector | None):
         self.selector = selector
         self.members: dict[str, tuple[bool, tuple[str, str, str] | None]] = {}  # pod key -> (healthy, controller)
+        # pods deleted within their grace period: pod key -> (controller, until); see the module docstring
+        self.terminating: dict[str, tuple[tuple[str, str, str] | None, float]] = {}
 
 
 class DisruptionBudgets:
@@ -64,7 +78,9 @@ class DisruptionBudgets:
         self.api = api
         self.clock = clock
         self.budgets: dict[tuple[str, str], _Budget] = {}
-        self.by_ns: dict[str, set[str]] = {}
+        # namespace -> its PDBs' names, in creation order (a dict: a set's order would follow string hashing,
+        # which changes from one process to the next, and with it the order of the PDBs' status updates)
+        self.by_ns: dict[str, dict[str, None]] = {}
 
     def setup(self, mgr: Manager) -> None:
         mgr.watch("PodDisruptionBudget", self._on_pdb)
@@ -77,14 +93,14 @@ class DisruptionBudgets:
         name = obj["metadata"]["name"]
         if etype == DELETED:
             self.budgets.pop((ns, name), None)
-            self.by_ns.get(ns, set()).discard(name)
+            self.by_ns.get(ns, {}).pop(name, None)
             return
         spec_changed = old is None or old.get("spec") is not obj.get("spec")
         if spec_changed:
             sel = (obj.get("spec") or {}).get("selector")
             b = _Budget(LabelSelector(sel) if sel is not None else None)
             self.budgets[(ns, name)] = b
-            self.by_ns.setdefault(ns, set()).add(name)
+            self.by_ns.setdefault(ns, {})[name] = None
             if b.selector is not None:
                 for pod in self.mgr.list("Pod", ns):
                     self._account(b, pod)
@@ -95,8 +111,14 @@ class DisruptionBudgets:
     def _account(self, b: _Budget, pod: dict, gone: bool = False) -> bool:
         key = P.pod_key(pod)
         meta = pod["metadata"]
+        if gone and key in b.members:
+            # listed by the API server until its grace period is over, as a terminating pod would be
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+            b.terminating[key] = (b.members.pop(key)[1], self.clock.now() + (TERMINATION_GRACE if grace is None else int(grace)))
+            return True
         if gone or b.selector is None or not b.selector.matches(meta.get("labels") or {}):
             return b.members.pop(key, None) is not None
+        b.terminating.pop(key, None)  # a pod of that name again (a StatefulSet's): the old one is gone
         healthy = P.is_ready(pod) and not deleting(pod) and not P.is_terminal(pod)
         ctl = None
         for r in meta.get("ownerReferences") or ():
@@ -155,6 +177,8 @@ class DisruptionBudgets:
         spec = pdb.get("spec") or {}
         now = self.clock.now()
         old_status = pdb.get("status") or {}
+        for k in [k for k, (_, until) in b.terminating.items() if until <= now]:
+            del b.terminating[k]
         disrupted = {p: t for p, t in (old_status.get("disruptedPods") or {}).items()
                      if f"{ns}/{p}" in b.members and (P.parse_time(t) or 0) + 120 > now}
         healthy = sum(1 for k, (h, _) in b.members.items() if h and k.split("/", 1)[1] not in disrupted)
@@ -162,10 +186,9 @@ class DisruptionBudgets:
         if spec.get("maxUnavailable") is not None or isinstance(spec.get("minAvailable"), str) and \
                 str(spec.get("minAvailable")).endswith("%"):
             owners = {}
-            for _, ctl in b.members.values():
+            for ctl in [c for _, c in b.members.values()] + [c for c, _ in b.terminating.values()]:
                 if ctl is None:
-                    failure = "found no controller ref for pod"
-                    break
+                    continue  # unmanaged: counted as healthy when Ready, never in expectedPods (getExpectedScale)
                 owners[self._owner_key(ctl)] = ctl
             expected = 0
             if failure is None:
@@ -180,10 +203,10 @@ class DisruptionBudgets:
             else:
                 desired = scaled_value(spec["minAvailable"], expected)
         elif spec.get("minAvailable") is not None:
-            expected = len(b.members)
+            expected = len(b.members) + len(b.terminating)
             desired = scaled_value(spec["minAvailable"], expected)
         else:
-            expected = len(b.members)
+            expected = len(b.members) + len(b.terminating)
             desired = expected
         if failure is not None:
             allowed = 0
@@ -208,6 +231,6 @@ class DisruptionBudgets:
                 self.api.patch("PodDisruptionBudget", name, {"status": status}, ns, subresource="status")
             except E.NotFound:
                 pass
-        if disrupted:
-            return 120.0
-        return None
+        wake = [120.0] if disrupted else []
+        wake += [until - now for _, until in b.terminating.values()]
+        return min(wake) if wake else None
