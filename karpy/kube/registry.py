@@ -67,14 +67,14 @@ TYPES: list[ResourceType] = [
     ResourceType("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
     ResourceType("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
                  ("crd", "crds"), (), _STATUS),
-    ResourceType("karpenter.sh", "v1", "NodePool", "nodepools", False, (), ("karpenter",), _STATUS),
+    ResourceType("karpenter.sh", "v1", "NodePool", "nodepools", False, (), ("karpenter",), ("status", "scale")),
     ResourceType("karpenter.sh", "v1", "NodeClaim", "nodeclaims", False, (), ("karpenter",), _STATUS),
     ResourceType("karpenter.azure.com", "v1beta1", "AKSNodeClass", "aksnodeclasses", False, ("aksnc", "aksncs"),
-                 ("karpenter",), _STATUS, versions=("v1beta1", "v1alpha2")),
+                 ("karpenter", "nap"), _STATUS, versions=("v1beta1", "v1alpha2")),
     ResourceType("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses", False, ("ec2nc", "ec2ncs"),
                  ("karpenter",), _STATUS),
-    ResourceType("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass", "kwoknodeclasses", False, (), ("karpenter",),
-                 _STATUS),
+    ResourceType("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass", "kwoknodeclasses", False, ("kwoknc", "kwokncs"),
+                 ("karpenter",), _STATUS),
 ]
 
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}

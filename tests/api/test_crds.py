@@ -572,3 +572,21 @@ def test_status_schemas_type_upstreams_fields_and_keep_the_rest():
 def test_status_nodes_are_the_api_modules_own():
     assert C.BY_KIND["NodePool"].status is nodepool.NODEPOOL_STATUS
     assert C.BY_KIND["KWOKNodeClass"].status is nodeclass.KWOK_NODE_CLASS_STATUS
+
+
+def test_the_api_servers_kind_table_agrees_with_the_crds():
+    """Discovery (karpy/kube/registry.py, served by karpy sandbox) names the CRDs as the generated CRDs do:
+    plural, scope, short names, categories, served versions, subresources."""
+    from karpy.api.crds import crds
+    from karpy.kube.registry import BY_KIND
+
+    for crd in crds():
+        names, spec = crd["spec"]["names"], crd["spec"]
+        t = BY_KIND[names["kind"]]
+        assert t.group == spec["group"] and t.plural == names["plural"], names["kind"]
+        assert t.namespaced == (spec["scope"] == "Namespaced"), names["kind"]
+        assert tuple(names.get("shortNames") or ()) == t.short_names, names["kind"]
+        assert tuple(names.get("categories") or ()) == t.categories, names["kind"]
+        assert set(v["name"] for v in spec["versions"]) == set(t.served_versions()), names["kind"]
+        subs = {k for v in spec["versions"] for k in (v.get("subresources") or {})}
+        assert subs == set(t.subresources), names["kind"]
