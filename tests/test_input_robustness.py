@@ -1231,7 +1231,7 @@ def test_fuzz_cli_exits_0_or_2_never_1(docs, via_stdin, tmp_path_factory):
 # --- inputs beyond one simulation: refused at once, or stopped with a reason --------------------------
 
 def test_a_deployment_larger_than_a_simulation_holds_is_refused_naming_the_field(tmp_path):
-    from karpy.cli import MAX_PODS
+    from karpy.simulator.inputs import MAX_PODS
 
     path = tmp_path / "in.yaml"
     path.write_text(dump([NODECLASS, nodepool(), deployment("web", 2_147_483_647)]))
@@ -1242,7 +1242,7 @@ def test_a_deployment_larger_than_a_simulation_holds_is_refused_naming_the_field
 
 
 def test_the_pod_limit_counts_every_workload_and_scenario_scale(tmp_path):
-    from karpy.cli import MAX_PODS
+    from karpy.simulator.inputs import MAX_PODS
 
     half = MAX_PODS // 2
     path = tmp_path / "in.yaml"
@@ -1253,7 +1253,7 @@ def test_the_pod_limit_counts_every_workload_and_scenario_scale(tmp_path):
     assert r.exit_code == 2, r.output
     assert "document 4 (Scenario/s): spec.steps[1].scale.replicas: Invalid value:" in r.output
     # the same Deployments, without the extra replica, are within the limit (not run here: checked only)
-    from karpy.cli import _check_size
+    from karpy.simulator.inputs import check_size as _check_size
 
     assert _check_size(load(docs[:4]).documents) == []
 

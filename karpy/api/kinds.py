@@ -48,8 +48,11 @@ SCENARIO_API_VERSION = "karpy.dev/v1alpha1"
 
 
 def _register_scenario() -> None:
+    import sys
+
     from . import scenario
 
+    scenario.bind_kinds(sys.modules[__name__])
     _KINDS.append(KindInfo((SCENARIO_API_VERSION,), "Scenario", False, scenario.SCENARIO, crd=True))
 
 

@@ -61,6 +61,20 @@ from .schema import (
     required,
     string,
 )
+
+# The table of kinds (karpy.api.kinds) registers the Scenario kind and hands itself over here, so that a
+# Scenario's steps can validate the objects they apply without this module importing it back.
+_KINDS_MODULE: Any = None
+
+
+def bind_kinds(module: Any) -> None:
+    global _KINDS_MODULE
+    _KINDS_MODULE = module
+
+
+def _kinds() -> Any:
+    return _KINDS_MODULE
+
 DEFAULT_START = "2026-01-01T00:00:00Z"
 
 FEATURE_GATE_DEFAULTS = {
@@ -146,7 +160,7 @@ SETTINGS = obj(
 
 
 def _target_defaulter(step: dict, ctx: Ctx) -> None:
-    from .kinds import is_namespaced
+    is_namespaced = _kinds().is_namespaced
 
     kind = step.get("kind")
     if isinstance(kind, str) and is_namespaced(kind):
@@ -158,7 +172,7 @@ def _target_defaulter(step: dict, ctx: Ctx) -> None:
 
 def _target_checker(kinds: tuple[str, ...] | None):
     def check(step: dict, path: str, ctx: Ctx) -> None:
-        from .kinds import ACCEPTED_KINDS, BY_KIND
+        ACCEPTED_KINDS, BY_KIND = _kinds().ACCEPTED_KINDS, _kinds().BY_KIND
 
         kind = step.get("kind")
         if not isinstance(kind, str):
@@ -185,7 +199,8 @@ def _target(extra: dict[str, Node], kinds: tuple[str, ...] | None, req: tuple[st
 def _check_apply(items: list, path: str, ctx: Ctx) -> None:
     """Each manifest is validated as a top-level one would be. Across steps an object may come
     again (that is an update), but one step may not name the same object twice."""
-    from .kinds import BY_KIND, duplicate_object_message, validate_manifest
+    k = _kinds()
+    BY_KIND, duplicate_object_message, validate_manifest = k.BY_KIND, k.duplicate_object_message, k.validate_manifest
 
     seen: dict[tuple[str, str | None, str], str] = {}
     for i, item in enumerate(items):

@@ -37,17 +37,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import functools
 import threading
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from ..scheduling.pods import LabelSelector
 from . import errors as E
 from .names import NameGenerator
 from .patch import json_patch, merge_patch
 from .port import ADDED, DELETED, JSON_PATCH, MERGE_PATCH, MODIFIED, STRATEGIC_MERGE_PATCH, APPLY_PATCH, WatchEvent
 from .registry import BY_KIND, is_namespaced
-from .selectors import parse_field_selector, parse_label_selector
+from .selectors import parse_field_selector, parse_label_selector, selector_to_string
 from .times import fmt_time
 
 HISTORY = 20000  # watch events kept per kind for watches that resume from a resourceVersion
@@ -629,11 +629,16 @@ def _same(new: dict, old: dict) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
+def _selector(text: str):
+    return parse_label_selector(text)
+
+
 def _pdb_selects(pdb: dict, labels: dict) -> bool:
     sel = (pdb.get("spec") or {}).get("selector")
     if sel is None:
         return False  # a nil selector selects nothing in policy/v1
-    return LabelSelector(sel).matches(labels)
+    return _selector(selector_to_string(sel))(labels)
 
 
 def _pod_ready(pod: dict) -> bool:
