@@ -119,9 +119,9 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
             for e in loaded.errors:
                 click.echo(f"error: {e}", err=True)
             sys.exit(2)
-        from ..simulator.inputs import check_regions
+        from ..simulator.inputs import check_regions, check_size
 
-        problems = check_regions(loaded.documents, region)
+        problems = check_regions(loaded.documents, region) + check_size(loaded.documents)
         if problems:
             for p in problems:
                 click.echo(f"error: {p}", err=True)

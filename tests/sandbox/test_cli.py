@@ -42,6 +42,16 @@ def test_invalid_manifest_exits_2(tmp_path):
     assert r.exit_code == 2 and "bad.yaml" in r.output
 
 
+def test_more_pods_than_a_simulation_holds_exits_2(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2147483647\n"
+                   "  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n"
+                   "    spec: {containers: [{name: c, image: x}]}\n")
+    r = CliRunner().invoke(main, ["sandbox", str(big), "--port", "0", "--kubeconfig", str(tmp_path / "kc")])
+    assert r.exit_code == 2 and "spec.replicas: Invalid value: 2147483647" in r.output
+    assert not (tmp_path / "kc").exists()
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 def test_tls_and_token(tmp_path):
     cert, key, token = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "token"
