@@ -57,8 +57,9 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         _fail_input([f"--region: Invalid value: {json.dumps(region)}: must not be empty"])
     _tune_gc()
     cluster: list[dict] = []
+    cluster_now = None
     if from_cluster:
-        cluster = _read_cluster(kubeconfig, context)
+        cluster, cluster_now = _read_cluster(kubeconfig, context)
     try:
         loaded = load_documents(list(paths))  # reads "-" from standard input, as bytes
     except Exception:  # the loader reports bad input itself; anything else is ours
@@ -75,7 +76,15 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
         from .simulator.output import render_json, render_table, render_yaml
         from .simulator.sim import Simulation
 
-        sim = Simulation(loaded.documents, region=region, until=until_s)
+        documents = loaded.documents
+        if from_cluster:
+            import time
+
+            from .simulator.from_cluster import starting_at
+
+            # the cluster's present: its objects' latest time, or this machine's clock if later
+            documents = starting_at(documents, max(cluster_now or 0.0, float(int(time.time()))))
+        sim = Simulation(documents, region=region, until=until_s)
         if cluster:
             from .simulator.from_cluster import seed
 
@@ -92,7 +101,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
     click.echo(text, nl=False)
 
 
-def _read_cluster(kubeconfig: str | None, context: str | None) -> list[dict]:
+def _read_cluster(kubeconfig: str | None, context: str | None) -> tuple[list[dict], float | None]:
     """The live cluster's objects, through the client ``karpy controller`` uses."""
     from .kube import errors as E
     from .kube.client import ConfigError, KubeClient
@@ -104,7 +113,7 @@ def _read_cluster(kubeconfig: str | None, context: str | None) -> list[dict]:
         _fail_input([f"--kubeconfig: {e}"])
         raise  # unreachable
     try:
-        objects, notes = read_cluster(client)
+        objects, notes, latest = read_cluster(client)
     except E.ApiError as e:
         click.echo(f"error: reading the cluster: {e.code} {e.reason}: {e}", err=True)
         sys.exit(1)
@@ -115,7 +124,7 @@ def _read_cluster(kubeconfig: str | None, context: str | None) -> list[dict]:
         client.close()
     for n in notes:
         click.echo(f"note: {n}", err=True)
-    return objects
+    return objects, latest
 
 
 def _tune_gc() -> None:

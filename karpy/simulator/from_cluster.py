@@ -21,8 +21,10 @@ How the state is carried over:
   placement may differ. ReplicaSets owned by a Deployment, and pods owned by
   any controller, are not copied for that reason; pods without a controller
   are copied with their node.
-* Ages start at the simulation's start: a NodeClaim's ``expireAfter`` counts
-  from there, not from its real creation time.
+* The simulation starts at the cluster's present: the latest time its objects
+  carry (creation, condition transitions), or the caller's clock if later.
+  Ages start there: a NodeClaim's ``expireAfter`` counts from the start, not
+  from its real creation time.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "d
 WITH_STATUS = ("Node", "NodeClaim", "NodePool")
 
 
-def read_cluster(api: Any) -> tuple[list[dict], list[str]]:
-    """The objects to start from, and notes on what was left out (kinds the server does not serve)."""
+def read_cluster(api: Any) -> tuple[list[dict], list[str], float | None]:
+    """The objects to start from, notes on what was left out (kinds the server does not serve), and the
+    latest time the objects carry (the cluster's present, as far as its objects tell)."""
     out: list[dict] = []
     notes: list[str] = []
+    latest: float | None = None
     for kind in KINDS:
         try:
             objs, _ = api.list(kind)
@@ -51,10 +55,48 @@ def read_cluster(api: Any) -> tuple[list[dict], list[str]]:
             notes.append(f"{kind}: not read ({e.code} {e.reason})")
             continue
         for obj in objs:
+            t = _latest_time(obj)
+            if t is not None and (latest is None or t > latest):
+                latest = t
             if _skip(kind, obj):
                 continue
             out.append(_clean(kind, obj))
-    return out, notes
+    return out, notes, latest
+
+
+def _latest_time(obj: dict) -> float | None:
+    from ..kube.times import parse_time
+
+    times = [(obj.get("metadata") or {}).get("creationTimestamp")]
+    times += [c.get("lastTransitionTime") for c in (obj.get("status") or {}).get("conditions") or ()
+              if isinstance(c, dict)]
+    parsed = [parse_time(t) for t in times if isinstance(t, str)]
+    parsed = [t for t in parsed if t is not None]
+    return max(parsed) if parsed else None
+
+
+def starting_at(documents: list[Any], start: float) -> list[Any]:
+    """The documents with the Scenario's ``spec.start`` set to ``start`` (a Scenario added when there is
+    none); a Scenario that names its own start keeps it."""
+    from ..kube.times import fmt_time
+
+    out = []
+    found = False
+    for d in documents:
+        obj = d.obj if hasattr(d, "obj") else d
+        if obj.get("kind") == "Scenario":
+            found = True
+            spec = dict(obj.get("spec") or {})
+            if not spec.get("start"):
+                spec["start"] = fmt_time(start)
+                obj = {**obj, "spec": spec}
+            out.append(obj)
+        else:
+            out.append(d)
+    if not found:
+        out.append({"apiVersion": "karpy.dev/v1alpha1", "kind": "Scenario", "metadata": {"name": "from-cluster"},
+                    "spec": {"start": fmt_time(start)}})
+    return out
 
 
 def _controlled(obj: dict) -> bool:

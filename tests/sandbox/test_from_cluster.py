@@ -89,3 +89,21 @@ def test_kubeconfig_without_from_cluster_is_refused(tmp_path):
     p = subprocess.run([sys.executable, "-m", "karpy.cli", "simulate", str(EXAMPLE), "--kubeconfig", "x"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "only with --from-cluster" in p.stderr
+
+
+def test_the_workshop_moved_to_amd64_ends_on_amd64_with_the_arm64_nodeclaims_removed(workshop):
+    """The seed's own comparison, as a what-if: the inflate Deployment pinned to amd64 instead."""
+    live = {c["metadata"]["name"] for c in _ready_claims(workshop)}
+    p = _simulate(workshop, str(EXAMPLE.parent / "aks-multiarch-amd64" / "workload.yaml"), "-o", "json")
+    assert p.returncode == 0, p.stderr
+    items = json.loads(p.stdout)["items"]
+    status = items[-1]["status"]
+    claims = {c["name"]: c for c in status["nodeClaims"]}
+    assert all(claims[n]["deletedAt"] is not None and claims[n]["disruptionReason"] == "Empty" for n in live)
+    remaining = [c for c in claims.values() if c["deletedAt"] is None]
+    assert remaining and all(c["arch"] == "amd64" for c in remaining)
+    inflate = [i for i in items if i["kind"] == "Pod" and i["metadata"]["name"].startswith("inflate-")]
+    assert len(inflate) == 4 and all(pod["spec"].get("nodeName") for pod in inflate)
+    # it started at the cluster's present (the sandbox runs on this machine's clock), not at karpy's
+    # default start of 2026-01-01, so the copied conditions are in the past and the nodes consolidate
+    assert status["start"] > "2026-01-02T00:00:00Z"
