@@ -76,7 +76,16 @@ Karpenter v1 and Kubernetes define them:
     the deadline) or by its controller (``Killing`` in the very second a
     Scenario step scaled, restarted or deleted its Deployment); a ``Killing``
     otherwise means the pod went with its node, which bypasses PDBs and
-    do-not-disrupt. An ``Evicted`` pod's node is under disruption.
+    do-not-disrupt -- allowed only when the cloud took the node's spot instance
+    back after its interruption notice: the NodeClaim was deleted for
+    ``Interrupted``, is ``spot``, and the ``Killing`` comes no earlier than the
+    interruption's start plus the notice (``SPOT_NOTICE``, kwok's 2 minutes);
+    or, for a spot node already under another disruption (which an interruption
+    does not restart, so the output does not show it), a Scenario ``interrupt``
+    step on its NodePool at least the notice before could have taken it (its
+    Node existed then, and fewer than ``count`` of the NodePool's Nodes that
+    certainly existed sort before it by name).
+    An ``Evicted`` pod's node is under disruption.
 
 ``pending``
     A pod left pending at the end whose CPU request fits the largest size its
@@ -113,6 +122,7 @@ ZONES = ("test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d")
 KWOK_RESERVED_CPU = 0.1
 POD_GRACE = 30  # terminationGracePeriodSeconds of the test's pods (the API server's default)
 UNSETTLED_GRACE = 300.0
+SPOT_NOTICE = 120  # seconds from a spot interruption notice to the cloud reclaiming the instance (kwok, as AWS)
 
 
 # =========================================================================================
@@ -167,6 +177,7 @@ class Knowledge:
     deployments: dict[str, DeploymentSpec]
     pdbs: dict[str, PDBSpec]
     availability: list[tuple[bool, dict]] = field(default_factory=list)  # (available, filter) in step order
+    interrupts: list[tuple[float, str, int]] = field(default_factory=list)  # (time, NodePool, count) of interrupt steps
     until: float = 3600.0
 
 
@@ -281,6 +292,7 @@ class Checker:
         self.initialized: dict[str, float] = {}
         self.node_of_claim: dict[str, str] = {}
         self.removed: dict[str, float] = {}  # node name -> RemovingNode time
+        self.registered: dict[str, float] = {}  # NodeClaim name -> Registered time (its Node exists from then)
         for e in self.events:
             inv = e["involvedObject"]
             t = self.t(e["firstTimestamp"])
@@ -290,6 +302,7 @@ class Checker:
                 m = re.search(r"\(node (\S+)\)", e["message"])
                 if m:
                     self.node_of_claim[inv["name"]] = m.group(1)
+                    self.registered.setdefault(inv["name"], t)
             if inv["kind"] == "Node" and e["reason"] == "RemovingNode":
                 self.removed.setdefault(inv["name"], t)
         self.claim_of_node = {n: c for c, n in self.node_of_claim.items()}
@@ -476,9 +489,44 @@ class Checker:
             spec = self.know.deployments.get(p.deployment or "")
             if spec is not None and t in spec.controller_steps:
                 return
+            if self._reclaimed(claim, t):
+                self.stats["lost:reclaimed"] += 1
+                return
             self.stats["lost:candidates"] += 1
             self.fail("lost", f"{when} {p.name} was deleted (Killing) from {p.node} without an eviction, a deadline "
                               f"or its controller")
+
+    def _reclaimed(self, claim: str | None, t: float) -> bool:
+        """Whether at ``t`` the cloud had reclaimed ``claim``'s spot instance: deleted for an interruption,
+        spot capacity, and its notice run out since the interruption started."""
+        c = self.claims.get(claim or "")
+        if c is None or c["capacityType"] != "spot":
+            return False
+        if c["disruptionReason"] == "Interrupted":
+            starts = [self.t(d["startedAt"]) for d in self.disruptions
+                      if d["reason"] == "Interrupted" and claim in d["candidates"]]
+            if starts and t >= min(starts) + SPOT_NOTICE:
+                return True
+        # an interruption of a node already being disrupted leaves no trace in the output: the Scenario's steps
+        node = self.node_of_claim.get(claim or "", claim)
+        for at, pool, count in self.know.interrupts:
+            if pool != c["nodePool"] or t < at + SPOT_NOTICE or not self._existed(claim, at, certainly=False):
+                continue
+            before = [n for n, x in self.claims.items() if x["nodePool"] == pool and n != claim
+                      and self._existed(n, at, certainly=True) and self.node_of_claim.get(n, n) < node]
+            if len(before) < count:
+                return True
+        return False
+
+    def _existed(self, claim: str, t: float, certainly: bool) -> bool:
+        """Whether ``claim``'s Node existed at ``t``: certainly, or possibly (registered or removed that second)."""
+        reg = self.registered.get(claim)
+        removed = self.removed.get(self.node_of_claim.get(claim, claim))
+        if reg is None:
+            return False
+        if certainly:
+            return reg < t and (removed is None or removed > t)
+        return reg <= t and (removed is None or removed >= t)
 
     def _check_annotations(self, e: dict, p: _Pod) -> None:
         ann = e["metadata"].get("annotations") or {}

@@ -225,6 +225,7 @@ def documents(s: dict) -> tuple[list[dict], Knowledge]:
                 "spec": {"template": {"metadata": {"annotations": {"example.com/restarted": f"r{arg}"}}}}}}})
         elif kind == "interrupt":
             steps.append({"interrupt": {"selector": {"matchLabels": {"pool": target}}, "count": arg}})
+            know.interrupts.append((now, target, arg))
         elif kind in ("unavailable", "available"):
             f = copy.deepcopy(OFFERING_FILTERS[arg])
             steps.append({kind: f})
@@ -368,6 +369,35 @@ def test_lost_rule_fires_when_nodes_go_without_a_drain(monkeypatch):
 
     monkeypatch.setattr(Termination, "_drain", lambda self, node, claim, deadline: None)
     found, _ = violations_of(DRIFT_UNDER_PDB[0])
+    assert any(v.startswith("lost: ") for v in found), found
+
+
+# a spot node whose drain a PDB blocks, interrupted: the cloud reclaims it after the notice (2 minutes)
+SPOT_RECLAIMED = scenario_of([pool(cpus=(4,), capacity=("spot",), budgets=[{"nodes": "0"}])], [deploy("d0", 2, "1")],
+                             [budget_pdb("maxUnavailable", 0)], [(("interrupt", "pool-0", 1), "5m")])
+
+
+def test_lost_rule_accepts_pods_of_a_reclaimed_spot_node_only_after_the_notice(monkeypatch):
+    found, c = violations_of(SPOT_RECLAIMED)
+    assert found == [] and c.stats["lost:reclaimed"] == 2 and c.stats["gone:Evicted"] == 0, (found, c.stats)
+    import karpy.cloudprovider.simulated as simulated
+
+    monkeypatch.setattr(simulated, "spot_notice", lambda provider_id: 60.0)  # reclaimed before the notice ran out
+    found, _ = violations_of(SPOT_RECLAIMED)
+    assert any(v.startswith("lost: ") for v in found), found
+
+
+def test_lost_rule_accepts_pods_of_a_spot_node_reclaimed_while_it_expired(monkeypatch):
+    # the node expires at 5m and its drain waits on the PDB (terminationGracePeriod 10m); the interruption at 8m
+    # finds it deleting already (no Interrupted in the output), and the cloud reclaims it at 10m
+    s = scenario_of([pool(cpus=(4,), capacity=("spot",), expire="5m", tgp="10m")], [deploy("d0", 2, "1")],
+                    [budget_pdb("maxUnavailable", 0)], [(("wait", "", 0), "5m"), (("interrupt", "pool-0", 1), "5m")])
+    found, c = violations_of(s)
+    assert found == [] and c.stats["lost:reclaimed"] == 2, (found, c.stats)
+    import karpy.cloudprovider.simulated as simulated
+
+    monkeypatch.setattr(simulated, "spot_notice", lambda provider_id: 60.0)
+    found, _ = violations_of(s)
     assert any(v.startswith("lost: ") for v in found), found
 
 

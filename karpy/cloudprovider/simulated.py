@@ -5,7 +5,10 @@ knows which offerings have capacity (the Scenario's ``unavailable`` and
 ``available`` steps), runs instances, and -- as upstream's kwok provider does
 -- turns each instance into a Node object in the API server once the
 NodeClass's registration delay has passed. It also delivers interruption
-notices (the Scenario's ``interrupt`` step).
+notices (the Scenario's ``interrupt`` step) and, as a real cloud does, reclaims
+an interrupted spot instance once its notice has run out (AWS and kwok 2
+minutes, Azure 30 seconds): the instance is terminated, and the simulated
+world turns its Node NotReady (its kubelet stops posting status).
 
 :class:`SimulatedCloudProvider` is Karpenter's side, behind the
 :class:`~karpy.cloudprovider.provider.CloudProvider` interface: instance types
@@ -41,6 +44,8 @@ from .types import (
 )
 
 ICE_TTL = 180.0
+SPOT_NOTICE = 120.0  # seconds between a spot interruption notice and the reclaim (AWS; kwok uses AWS's)
+SPOT_NOTICE_BY_SCHEME = {"azure://": 30.0}  # Azure evicts spot VMs 30 seconds after the notice
 PRICE_ANNOTATION = "karpy.dev/price-per-hour"
 PRICE_ESTIMATED_ANNOTATION = "karpy.dev/price-estimated"
 UNREGISTERED_TAINT = {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
@@ -80,6 +85,8 @@ class SimulatedCloud:
         self._aws_seq = 0
         self._messages: list[dict] = []
         self._subscribers: list[Callable[[], None]] = []
+        self.reclaimed: set[str] = set()  # provider IDs of spot instances reclaimed after their notice
+        self._reclaim_subscribers: list[Callable[[Instance], None]] = []
 
     def region_for(self, catalog: CatalogProvider) -> str:
         return self.region_override or catalog.default_region
@@ -196,8 +203,27 @@ class SimulatedCloud:
         self._messages.append({"kind": kind, "providerID": inst.provider_id, "instanceType": inst.instance_type.name,
                                "zone": inst.offering.zone, "capacityType": inst.offering.capacity_type,
                                "time": self.clock.now()})
+        if inst.offering.capacity_type == "spot":
+            pid = inst.provider_id
+            self.clock.call_later(spot_notice(pid), lambda: self._reclaim(pid), keepalive=True,
+                                  label=f"reclaim/{inst.node_name}")
         for fn in self._subscribers:
             fn()
+
+    def _reclaim(self, provider_id: str) -> None:
+        """The spot notice has run out: the cloud takes the instance back (nothing happens when it is gone
+        already). Its kubelet stops posting status; the simulated world (karpy.simulator.kubelet), told
+        through :meth:`on_reclaim`, marks the Node NotReady as kube-controller-manager would."""
+        inst = self.instances.get(provider_id)
+        if inst is None:
+            return
+        self.terminate(provider_id)
+        self.reclaimed.add(provider_id)
+        for fn in self._reclaim_subscribers:
+            fn(inst)
+
+    def on_reclaim(self, fn: Callable[[Instance], None]) -> None:
+        self._reclaim_subscribers.append(fn)
 
     def subscribe(self, fn: Callable[[], None]) -> None:
         self._subscribers.append(fn)
@@ -205,6 +231,14 @@ class SimulatedCloud:
     def take_messages(self) -> list[dict]:
         out, self._messages = self._messages, []
         return out
+
+
+def spot_notice(provider_id: str) -> float:
+    """Seconds from a spot interruption notice to the reclaim of the instance, by provider."""
+    for scheme, seconds in SPOT_NOTICE_BY_SCHEME.items():
+        if provider_id.startswith(scheme):
+            return seconds
+    return SPOT_NOTICE
 
 
 class SimulatedCloudProvider:

@@ -3,6 +3,10 @@
 * A Node that registers turns Ready at once (an ``NodeReady`` Event marks the
   moment) and, once Karpenter has registered it, its startup taints are
   removed, as the agents that own them (a CNI, a GPU plugin) would do.
+* The kubelet of a spot instance the cloud reclaimed is gone: its Node turns
+  NotReady (``NodeStatusUnknown``, as kube-controller-manager's node lifecycle
+  controller marks a node whose kubelet stopped posting status) and is never
+  marked Ready again.
 * A pod bound to a node starts running at once (``Running``, ``Ready``); a pod
   annotated ``karpy.dev/run-for: <duration>`` succeeds that long after it
   started, and its Job counts it.
@@ -35,8 +39,9 @@ READY_CONDITIONS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
 class Kubelets:
     name = "world.kubelet"
 
-    def __init__(self, mgr: Manager, api: Any, clock: Any, recorder: Any, workloads: Any):
+    def __init__(self, mgr: Manager, api: Any, clock: Any, recorder: Any, workloads: Any, cloud: Any = None):
         self.mgr = mgr
+        self.cloud = cloud  # the SimulatedCloud: the nodes whose instance it reclaimed have no kubelet
         self.api = api
         self.clock = clock
         self.recorder = recorder
@@ -47,6 +52,8 @@ class Kubelets:
         mgr.watch("Node", self._on_node)
         mgr.watch("Pod", self._on_pod)
         mgr.watch("NodeClaim", self._on_claim)
+        if self.cloud is not None:
+            self.cloud.on_reclaim(lambda inst: mgr.enqueue(self, ("node", inst.node_name)))
 
     # --- nodes --------------------------------------------------------------------------------
     def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
@@ -65,7 +72,12 @@ class Kubelets:
 
     def _reconcile_node(self, name: str) -> None:
         node = self.mgr.get("Node", name)
-        if node is None or deleting(node):
+        if node is None:
+            return
+        if self.cloud is not None and (node.get("spec") or {}).get("providerID") in self.cloud.reclaimed:
+            self._lost(node)
+            return
+        if deleting(node):
             return
         if not is_true(node, "Ready"):
             st = dict(node.get("status") or {})
@@ -86,6 +98,21 @@ class Kubelets:
                       if (t.get("key"), t.get("value") or "", t.get("effect")) not in startup]
             if len(taints) != len((node.get("spec") or {}).get("taints") or ()):
                 self.api.patch("Node", name, {"spec": {"taints": taints}})
+
+    def _lost(self, node: dict) -> None:
+        """The node's instance is gone and its kubelet with it: Ready turns False."""
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None)
+        if ready is not None and ready.get("status") == "False" and ready.get("reason") == "NodeStatusUnknown":
+            return
+        st = dict(node.get("status") or {})
+        conds = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
+        conds.append({"type": "Ready", "status": "False", "reason": "NodeStatusUnknown",
+                      "message": "Kubelet stopped posting node status.", "lastTransitionTime": fmt_time(self.clock.now())})
+        st["conditions"] = conds
+        try:
+            self.api.patch("Node", node["metadata"]["name"], {"status": st}, subresource="status")
+        except E.NotFound:
+            pass
 
     def _startup_taints(self, node: dict) -> set[tuple]:
         """The startup taints of the NodeClaim that owns the node (the agents that own them remove them)."""

@@ -58,7 +58,7 @@ class World:
         self.recorder = Recorder(api, clock, component="kube-controller-manager")
         self.workloads = Workloads(mgr, api, self.recorder)
         self.scheduler = KubeScheduler(mgr, api, clock, self.recorder, compiler)
-        self.kubelets = Kubelets(mgr, api, clock, self.recorder, self.workloads)
+        self.kubelets = Kubelets(mgr, api, clock, self.recorder, self.workloads, cloud)
         self.budgets = DisruptionBudgets(mgr, api, clock)
         self.history = History(mgr, clock, exact_price=self._price)
         self.cloud = cloud
