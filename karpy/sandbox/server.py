@@ -43,6 +43,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm and the client's
+    # delayed ACK hold every answer back about 40 ms
+    disable_nagle_algorithm = True
     server_version = "karpy-sandbox"
     sys_version = ""
     server: _Server
