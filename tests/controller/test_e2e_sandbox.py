@@ -189,6 +189,49 @@ def test_two_controllers_one_leader_killed_the_other_takes_over(sandbox, tmp_pat
             b.stop(signal.SIGKILL)
 
 
+def test_the_standby_finishes_a_scale_down_consolidation_after_the_leader_is_killed(sandbox, tmp_path):
+    """Issue 7's bar: two controllers, the leader killed, a scale-down consolidated by the one left."""
+    kc, api = sandbox
+    api.patch("NodePool", "default", {"spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
+                                                              "consolidateAfter": "0s"}}})
+    a = controller(tmp_path, kc, "a")
+    b = None
+    try:
+        wait_for(lambda: api.get("Lease", LEASE_NAME, "kube-system")["spec"].get("holderIdentity"), what="a leader")
+        b = controller(tmp_path, kc, "b")
+        wait_for(lambda: http_get(b.port("health probe"), "/readyz")[0] == 200, what="b ready")
+        api.create(deployment("work", 4))
+        wait_for(lambda: len(bound(api, "work")) == 4, what="4 pods bound")
+        (first,) = api.list("NodeClaim")[0]
+        leader = next(p for p in (a, b) if any(r["message"] == "successfully acquired lease" for r in p.logs()))
+        other = b if leader is a else a
+        leader.stop(signal.SIGKILL)
+        api.patch("Deployment", "work", {"spec": {"replicas": 1}}, "default")
+        # the standby takes the lease once it expires, then replaces the node with a cheaper one
+        wait_for(lambda: not _exists(api, first), timeout=90, what="the first NodeClaim consolidated away")
+        wait_for(lambda: len(bound(api, "work")) == 1, timeout=30, what="the remaining pod bound")
+        claims = api.list("NodeClaim")[0]
+        assert len(claims) == 1 and claims[0]["metadata"]["name"] != first["metadata"]["name"]
+        msgs = [r for r in other.logs() if r.get("message") == "disrupting node(s)"]
+        assert msgs, "the standby never disrupted"
+        assert not any(r.get("message") == "disrupting node(s)" for r in leader.logs())
+        assert other.stop() == 0
+    finally:
+        a.stop(signal.SIGKILL)
+        if b is not None:
+            b.stop(signal.SIGKILL)
+
+
+def _exists(api, obj: dict) -> bool:
+    from karpy.kube import errors as E
+
+    try:
+        api.get("NodeClaim", obj["metadata"]["name"])
+        return True
+    except E.NotFound:
+        return False
+
+
 class CuttingProxy:
     """A TCP proxy whose connections the test can cut (watches drop, requests fail mid-way)."""
 
