@@ -12,6 +12,7 @@ from ..state.cluster import Cluster
 from .disruption import Disruption
 from .env import Env, Settings
 from .expiration import Expiration
+from .garbagecollection import GarbageCollection
 from .interruption import Interruption
 from .lifecycle import Lifecycle
 from .nodeclaim_disruption import NodeClaimDisruption, PodEvents
@@ -49,6 +50,6 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
     disruption = Disruption(env, provisioner)
     for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),
               Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
-              NodePoolStatus(env), disruption, disruption.orchestrator):
+              NodePoolStatus(env), GarbageCollection(env), disruption, disruption.orchestrator):
         mgr.add(c)
     return Karpenter(env, provisioner, disruption)

@@ -1,0 +1,60 @@
+"""NodeClaim garbage collection (upstream ``nodeclaim/garbagecollection``).
+
+Every 2 minutes, a launched NodeClaim whose instance the cloud provider no longer lists is deleted,
+unless its Node still reports Ready (its kubelet is alive, whatever the cloud says). That is how a
+NodeClaim goes whose instance was lost outside Karpenter: a spot instance reclaimed, an instance
+terminated by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kube import errors as E
+from ..kube.port import DELETED
+from ..runtime.events import ref
+from ..runtime.manager import deleting, is_true
+from .env import Env
+
+GC_PERIOD = 120.0  # seconds between passes, as upstream
+
+
+class GarbageCollection:
+    name = "nodeclaim.garbagecollection"
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.started = False
+
+    def setup(self, mgr) -> None:
+        mgr.watch("NodeClaim", self._on_claim)
+
+    def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        if not self.started and etype != DELETED:
+            self.started = True
+            self.env.mgr.requeue_after(self, "", GC_PERIOD)
+
+    def reconcile(self, key: Any) -> float | None:
+        env = self.env
+        claims = env.mgr.list("NodeClaim")
+        if not claims:
+            self.started = False
+            return None
+        listed = {((c.get("status") or {}).get("providerID")) for c in env.cloud.list()}
+        for claim in claims:
+            pid = (claim.get("status") or {}).get("providerID")
+            if not pid or deleting(claim) or not is_true(claim, "Launched") or pid in listed:
+                continue
+            sn = env.cluster.by_claim.get(claim["metadata"]["name"])
+            node = sn.node if sn is not None else None
+            if node is not None and is_true(node, "Ready"):
+                continue
+            name = claim["metadata"]["name"]
+            try:
+                env.api.delete("NodeClaim", name)
+            except E.NotFound:
+                continue
+            env.recorder.publish(ref(claim), "GarbageCollected", "NodeClaim has no cloud provider instance")
+            env.log.info("garbage collecting nodeclaim with no cloudprovider representation", controller=self.name,
+                         NodeClaim={"name": name}, **{"provider-id": pid})
+        return GC_PERIOD
