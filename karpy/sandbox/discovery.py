@@ -11,8 +11,9 @@
 * OpenAPI v3: an index (``/openapi/v3``) and one document per group-version
   listing each resource's paths, their ``x-kubernetes-group-version-kind`` and
   the ``fieldValidation`` query parameter. That is what kubectl reads to send
-  ``fieldValidation=Strict`` (validation happens here, server-side). The
-  documents carry no schemas, and PATCH declares no request body, so
+  ``fieldValidation=Strict`` (validation happens here, server-side). Only the
+  CRDs' documents carry schemas (their structural schemas, for ``kubectl
+  explain``); PATCH declares no request body, so
   ``kubectl apply`` computes its patch from its own compiled-in types: a
   strategic merge patch for built-in kinds, a JSON merge patch for custom
   resources (exactly what it sends to a real cluster). ``/openapi/v2`` is a
@@ -191,7 +192,29 @@ def openapi_gv(group: str, version: str) -> dict | None:
                 paths[f"{item}/binding"] = {"post": op("post", _WRITE_PARAMS,
                                                        g={"group": "", "version": "v1", "kind": "Binding"})}
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]}, "paths": paths,
-            "components": {"schemas": {}}}
+            "components": {"schemas": _crd_schemas(group, version)}}
+
+
+_CRD_SCHEMAS: dict[tuple[str, str], dict] | None = None
+
+
+def _crd_schemas(group: str, version: str) -> dict:
+    """The CRDs' structural schemas for one group-version, named and tagged as the API server publishes
+    them (``x-kubernetes-group-version-kind``): what ``kubectl explain`` reads."""
+    global _CRD_SCHEMAS
+    if _CRD_SCHEMAS is None:
+        from ..api.crds import crds
+
+        table: dict[tuple[str, str], dict] = {}
+        for crd in crds():
+            g, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for v in crd["spec"]["versions"]:
+                schema = dict((v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"})
+                schema["x-kubernetes-group-version-kind"] = [{"group": g, "version": v["name"], "kind": kind}]
+                name = ".".join(reversed(g.split("."))) + f".{v['name']}.{kind}"
+                table.setdefault((g, v["name"]), {})[name] = schema
+        _CRD_SCHEMAS = table
+    return _CRD_SCHEMAS.get((group, version), {})
 
 
 def openapi_index() -> dict:

@@ -102,6 +102,13 @@ def test_discovery_and_tables(sandbox):
     assert json.loads(version)["serverVersion"]["major"] == "1"
 
 
+def test_explain_reads_the_crd_schemas(sandbox):
+    out = sandbox.kubectl("explain", "nodepool.spec.disruption").stdout
+    assert "KIND:       NodePool" in out and "consolidationPolicy" in out and "budgets" in out
+    out = sandbox.kubectl("explain", "kwoknodeclass").stdout
+    assert "karpenter.kwok.sh" in out
+
+
 def test_apply_invalid_nodepool_names_the_field(sandbox, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("""apiVersion: karpenter.sh/v1
