@@ -459,17 +459,20 @@ class MemoryAPI:
                     if not deps:
                         self._dependents.pop(uid, None)
 
-    def _collect(self, uid: str | None) -> None:
-        """Delete the dependents of an owner that is gone (background propagation)."""
+    def _dependents_of(self, uid: str | None) -> Iterable[tuple[str, str, str, dict, list[dict]]]:
+        """The dependents of an owner that is going, each with its other owner references (the owner's
+        dependents index is dropped)."""
         if not uid:
             return
         for kind, ns, name in sorted(self._dependents.pop(uid, ())):
             obj = self._objects.get(kind, {}).get((ns, name))
-            if obj is None:
-                continue
-            refs = [r for r in _meta(obj).get("ownerReferences") or () if r.get("uid") != uid]
-            alive = [r for r in refs if r.get("uid") in self._by_uid]
-            if alive:
+            if obj is not None:
+                yield kind, ns, name, obj, [r for r in _meta(obj).get("ownerReferences") or () if r.get("uid") != uid]
+
+    def _collect(self, uid: str | None) -> None:
+        """Delete the dependents of an owner that is gone (background propagation)."""
+        for kind, ns, name, _, refs in self._dependents_of(uid):
+            if any(r.get("uid") in self._by_uid for r in refs):
                 continue  # another owner still exists
             try:
                 self.delete(kind, name, ns)
@@ -477,13 +480,7 @@ class MemoryAPI:
                 pass
 
     def _orphan(self, uid: str | None) -> None:
-        if not uid:
-            return
-        for kind, ns, name in sorted(self._dependents.pop(uid, ())):
-            obj = self._objects.get(kind, {}).get((ns, name))
-            if obj is None:
-                continue
-            refs = [r for r in _meta(obj).get("ownerReferences") or () if r.get("uid") != uid]
+        for kind, _, _, obj, refs in self._dependents_of(uid):
             nm = dict(_meta(obj))
             nm["ownerReferences"] = refs
             if not refs:

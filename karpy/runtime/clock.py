@@ -80,33 +80,30 @@ class Clock:
             if t.keepalive:
                 self.keepalive_count -= 1
 
+    def _pop_while(self, take: Callable[[Timer], bool]) -> list[Timer]:
+        """Pop timers from the head while ``take`` accepts the head; the live ones, in order (lock held)."""
+        out = []
+        while self._timers and take(self._timers[0]):
+            t = heapq.heappop(self._timers)
+            if t.keepalive:
+                self.keepalive_count -= 1
+            if not t.cancelled:
+                out.append(t)
+        return out
+
     def pop_due(self, now: float) -> list[Timer]:
         """Timers due at or before ``now``, in order, removed from the clock."""
-        out = []
         with self._lock:
-            while self._timers and self._timers[0].when <= now:
-                t = heapq.heappop(self._timers)
-                if t.keepalive:
-                    self.keepalive_count -= 1
-                if not t.cancelled:
-                    out.append(t)
-        return out
+            return self._pop_while(lambda t: t.when <= now)
 
     def pop_next_batch(self) -> list[Timer]:
         """The timers of the earliest (time, priority) (for the simulation loop)."""
-        out = []
         with self._lock:
             self._drop_cancelled()
             if not self._timers:
                 return []
             head = (self._timers[0].when, self._timers[0].priority)
-            while self._timers and (self._timers[0].when, self._timers[0].priority) == head:
-                t = heapq.heappop(self._timers)
-                if t.keepalive:
-                    self.keepalive_count -= 1
-                if not t.cancelled:
-                    out.append(t)
-        return out
+            return self._pop_while(lambda t: (t.when, t.priority) == head)
 
 
 class SimClock(Clock):

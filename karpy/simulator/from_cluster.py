@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..kube import errors as E
+from ..kube.times import fmt_time, parse_time
 
 # read in this order: what others refer to comes first
 KINDS = ("Namespace", "PriorityClass", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
@@ -65,8 +66,6 @@ def read_cluster(api: Any) -> tuple[list[dict], list[str], float | None]:
 
 
 def _latest_time(obj: dict) -> float | None:
-    from ..kube.times import parse_time
-
     times = [(obj.get("metadata") or {}).get("creationTimestamp")]
     times += [c.get("lastTransitionTime") for c in (obj.get("status") or {}).get("conditions") or ()
               if isinstance(c, dict)]
@@ -78,8 +77,6 @@ def _latest_time(obj: dict) -> float | None:
 def starting_at(documents: list[Any], start: float) -> list[Any]:
     """The documents with the Scenario's ``spec.start`` set to ``start`` (a Scenario added when there is
     none); a Scenario that names its own start keeps it."""
-    from ..kube.times import fmt_time
-
     out = []
     found = False
     for d in documents:
