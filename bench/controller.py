@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
         api = Api(url)
         controller = subprocess.Popen(
             [str(KARPY), "controller", "--kubeconfig", str(kubeconfig), "--cloud-provider", "kwok",
-             "--leader-elect=false", "--metrics-port", str(free_port()), "--health-probe-port", str(free_port()),
+             "--leader-elect=false", "--metrics-port", str(free_port()), "--health-probe-port", str(free_port()), "--bind-address", "127.0.0.1",
              "--log-level", "error"],
             stdout=open(tmp / "controller.out", "wb"), stderr=open(tmp / "controller.err", "wb"))
         time.sleep(2.0)  # caches sync

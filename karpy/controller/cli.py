@@ -34,6 +34,8 @@ def _fail(message: str) -> None:
 @click.option("--log-level", "log_level", default=None, help="debug, info, warn or error [LOG_LEVEL; default: info].")
 @click.option("--cluster-name", "cluster_name", default=None, help="Cluster name [CLUSTER_NAME].")
 @click.option("--min-values-policy", "min_values_policy", default=None, help="Strict or BestEffort [MIN_VALUES_POLICY].")
+@click.option("--bind-address", "bind_address", default=None,
+              help="Address of the metrics and health endpoints [BIND_ADDRESS; default: 0.0.0.0].")
 def controller(**flags: object) -> None:
     """Run Karpenter's controllers against a Kubernetes API server."""
     try:

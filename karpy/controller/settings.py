@@ -33,6 +33,7 @@ ENV = {
     "log_level": "LOG_LEVEL",
     "cluster_name": "CLUSTER_NAME",
     "min_values_policy": "MIN_VALUES_POLICY",
+    "bind_address": "BIND_ADDRESS",  # karpy's: the address of both endpoints (contract default 0.0.0.0)
 }
 
 FLAG = {k: "--" + k.replace("_", "-") for k in ENV}
@@ -163,6 +164,11 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
         if v.lower() not in LEVELS:
             raise SettingsError(f'{name}: invalid value "{v}": must be one of debug, info, warn, error')
         s.log_level = v.lower()
+    v, name = pick("bind_address")
+    if v is not None:
+        if not v.strip():
+            raise SettingsError(f'{name}: invalid value "{v}": must be an address')
+        s.bind_address = v.strip()
     v, name = pick("cluster_name")
     if v is not None:
         s.cluster_name = v

@@ -118,7 +118,7 @@ def sandbox(tmp_path):
 
 def controller(tmp_path, kubeconfig: str, name: str, *extra: str) -> Proc:
     return Proc(["controller", "--kubeconfig", kubeconfig, "--cloud-provider", "kwok", "--metrics-port", "0",
-                 "--health-probe-port", "0", "--batch-idle-duration", "200ms", *extra], tmp_path, name)
+                 "--health-probe-port", "0", "--bind-address", "127.0.0.1", "--batch-idle-duration", "200ms", *extra], tmp_path, name)
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:

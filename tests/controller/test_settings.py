@@ -13,7 +13,7 @@ from karpy.controller.settings import SettingsError, resolve
 
 NONE = {"kubeconfig": None, "context": None, "namespace": None, "cloud_provider": None, "metrics_port": None,
         "health_probe_port": None, "leader_elect": None, "feature_gates": None, "batch_idle_duration": None,
-        "batch_max_duration": None, "log_level": None, "cluster_name": None, "min_values_policy": None}
+        "batch_max_duration": None, "log_level": None, "cluster_name": None, "min_values_policy": None, "bind_address": None}
 
 
 def flags(**kw):
@@ -38,6 +38,14 @@ def test_environment_variables_are_read(tmp_path):
     assert s.feature_gates["SpotToSpotConsolidation"] is True
     assert (s.batch_idle_duration, s.batch_max_duration, s.log_level, s.cluster_name) == (2.0, 60.0, "debug", "prod")
     assert s.kubeconfig == "/a"
+
+
+def test_the_endpoints_bind_all_addresses_unless_told(tmp_path):
+    none = str(tmp_path / "none")
+    assert resolve(flags(), {}, service_account_namespace=none).bind_address == "0.0.0.0"
+    assert resolve(flags(), {"BIND_ADDRESS": "127.0.0.1"}, service_account_namespace=none).bind_address == "127.0.0.1"
+    assert resolve(flags(bind_address="::1"), {"BIND_ADDRESS": "127.0.0.1"},
+                   service_account_namespace=none).bind_address == "::1"
 
 
 def test_a_flag_wins_over_its_variable(tmp_path):
