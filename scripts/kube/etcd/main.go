@@ -1,0 +1,10 @@
+// Command etcd starts etcd's server, exactly as the upstream etcd binary does.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
