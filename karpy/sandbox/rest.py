@@ -23,7 +23,13 @@ over HTTP). It does what kube-apiserver does around its storage:
   deleting a Namespace deletes what is in it;
 * list and watch with label and field selectors and resourceVersion (a watch
   too old answers an ``ERROR`` event with a 410 Status, as kube-apiserver does),
-  ``timeoutSeconds``, ``allowWatchBookmarks`` and ``sendInitialEvents``;
+  ``timeoutSeconds``, ``allowWatchBookmarks`` and ``sendInitialEvents``; a
+  field selector on a field the kind cannot be selected on is kube-apiserver's
+  400 (``field label not supported: spec.foo``);
+* request bodies in JSON, YAML, or Kubernetes' protobuf for the built-in kinds
+  (what kubectl's generators send; :mod:`karpy.sandbox.protobuf` decodes them
+  into the same dicts), with kube-apiserver's 400 and 415 for what it cannot
+  read; responses are JSON, which every client accepts;
 * content negotiation: plain JSON, server-side ``Table`` (kubectl get) and
   ``PartialObjectMetadata``;
 * discovery, ``/version``, OpenAPI v3 and the health endpoints.
@@ -43,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 import yaml
@@ -53,8 +59,9 @@ from ..kube.memory import MemoryAPI
 from ..kube.patch import json_patch, merge_patch
 from ..kube.port import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from ..kube.registry import BY_KIND
-from ..kube.selectors import selector_to_string
+from ..kube.selectors import escape_field_value, field_selector_terms, selector_to_string
 from . import discovery as D
+from . import protobuf as P
 from . import tables as T
 from .crds import printer_columns
 
@@ -158,7 +165,7 @@ class RestAPI:
     # --- entry point ------------------------------------------------------------------------------
     def handle(self, method: str, target: str, headers: Any, body: bytes) -> Response:
         parts = urlsplit(target)
-        path = parts.path.rstrip("/") or "/"
+        path = unquote(parts.path).rstrip("/") or "/"  # as Go's server decodes it: "%3A" is ":", "%2F" a "/"
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         self._tls.warnings = []
         try:
@@ -233,6 +240,53 @@ class RestAPI:
             raise _NotFoundPath()
         return Route(served, ns, name, sub, watch_prefix)
 
+    # --- field selectors ----------------------------------------------------------------------------
+    def _field_selector(self, s: D.Served, fs: str | None) -> str | None:
+        """A list's or watch's field selector, checked as kube-apiserver checks it (400 for what it cannot
+        parse and for a field the kind does not select on, with its messages) and written with the names of
+        the stored object's fields (events.k8s.io's ``regarding.kind`` is core's ``involvedObject.kind``)."""
+        terms = field_selector_terms(fs)
+        if not terms:
+            return None
+        out = []
+        for label, op, value in terms:
+            out.append(f"{self._field_label(s, label)}{op}{escape_field_value(value)}")
+        return ",".join(out)
+
+    def _field_label(self, s: D.Served, label: str) -> str:
+        if s.view == "events.k8s.io":
+            mapped = _EVENTS_V1_FIELDS.get(label)
+            if mapped is None:
+                raise E.BadRequest(f"field label not supported: {label}")
+            return mapped
+        if s.group and s.kind in _crd_kinds():
+            if label == "metadata.name" or (label == "metadata.namespace" and s.namespaced):
+                return label
+            if label in self._selectable_fields(s):
+                return label
+            raise E.BadRequest(f"field label not supported: {label}")
+        labels = _FIELD_LABELS.get(s.kind)
+        if labels is None:
+            if label in ("metadata.name", "metadata.namespace"):
+                return label
+            raise E.BadRequest(f'{json.dumps(label)} is not a known field selector: only "metadata.name", '
+                               '"metadata.namespace"')
+        if label in labels:
+            return labels[label]
+        if s.kind == "Job":
+            raise E.BadRequest(f"field label {json.dumps(label)} not supported for Job")
+        raise E.BadRequest(f"field label not supported: {label}")
+
+    def _selectable_fields(self, s: D.Served) -> set[str]:
+        """The CRD's ``selectableFields`` of the version (``.spec.color`` selects as ``spec.color``)."""
+        with self.lock:
+            crd = self.api.try_get("CustomResourceDefinition", f"{s.plural}.{s.group}")
+        for v in ((crd or {}).get("spec") or {}).get("versions") or ():
+            if isinstance(v, dict) and v.get("name") == s.version:
+                return {str(f.get("jsonPath", "")).lstrip(".") for f in v.get("selectableFields") or ()
+                        if isinstance(f, dict)}
+        return set()
+
     # --- wire conversion ----------------------------------------------------------------------------
     def _out(self, s: D.Served, obj: dict) -> dict:
         if s.view == "events.k8s.io":
@@ -266,14 +320,18 @@ class RestAPI:
     # --- resources ----------------------------------------------------------------------------------
     def _resource(self, method: str, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
+        if r.name is not None and not r.watch_prefix:
+            bad = _path_segment_errors(r.name)
+            if bad:
+                raise E.BadRequest(f"Name parameter invalid: {json.dumps(r.name)}: {';'.join(bad)}")
         if r.sub == "bindings":
             if method != "POST":
                 raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
-            b = _parse_body(body, headers)
+            b = _parse_body(body, headers, expect=("v1", "Binding"))
             name = _meta(b if isinstance(b, dict) else {}).get("name")
             if not name:
                 raise _invalid("Binding", "", "", [("metadata.name", "Required value")])
-            return self._bind(Route(s, r.namespace, name, "binding"), body)
+            return self._bind(Route(s, r.namespace, name, "binding"), b)
         if r.name is None:
             if method == "GET":
                 if r.watch_prefix or _truthy(query.get("watch")):
@@ -287,14 +345,17 @@ class RestAPI:
         if r.watch_prefix:
             if method != "GET":
                 raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
-            query = dict(query, fieldSelector=_and_selector(query.get("fieldSelector"), f"metadata.name={r.name}"))
+            query = dict(query, fieldSelector=_and_selector(query.get("fieldSelector"),
+                                                            f"metadata.name={escape_field_value(r.name)}"))
             return self._watch(Route(s, r.namespace, None, None, True), query, headers)
         if r.sub == "scale":
             return self._scale(method, r, query, headers, body)
         if r.sub in ("eviction", "binding"):
             if method != "POST":
                 raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
-            return self._evict(r, body) if r.sub == "eviction" else self._bind(r, body)
+            if r.sub == "eviction":
+                return self._evict(r, _parse_body(body, headers, expect=("policy/v1", "Eviction")) if body else {})
+            return self._bind(r, _parse_body(body, headers, expect=("v1", "Binding")))
         if method == "GET":
             with self.lock:
                 obj = self.api.get(s.kind, r.name, self._ns(r))
@@ -332,9 +393,9 @@ class RestAPI:
     def _list(self, r: Route, query: dict, headers: Any) -> Response:
         s = r.served
         ns = r.namespace if s.namespaced else None
+        fs = self._field_selector(s, query.get("fieldSelector"))
         with self.lock:
-            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None,
-                                      _field_selector(s, query.get("fieldSelector")) or None)
+            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None, fs)
         items = sorted(items, key=lambda o: (_meta(o).get("namespace") or "", _meta(o).get("name") or ""))
         fmt = _accept(headers)
         if fmt == "Table":
@@ -359,7 +420,7 @@ class RestAPI:
             raise E.BadRequest(f"invalid timeoutSeconds {query.get('timeoutSeconds')!r}")
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
         initial_end = _truthy(query.get("sendInitialEvents"))
-        fs = _field_selector(s, query.get("fieldSelector")) or None
+        fs = self._field_selector(s, query.get("fieldSelector"))
         ls = query.get("labelSelector") or None
         with self.lock:
             try:
@@ -431,7 +492,7 @@ class RestAPI:
     # --- create -------------------------------------------------------------------------------------
     def _create(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
-        obj = self._in(s, _parse_body(body, headers))
+        obj = self._in(s, _parse_body(body, headers, expect=_expect(s)))
         meta = obj["metadata"]
         if s.namespaced:
             if r.namespace is None and not meta.get("namespace"):
@@ -490,9 +551,19 @@ class RestAPI:
         from ..api.kinds import BY_KIND as LOADER_KINDS
         from ..api.loader import validate_object
 
+        if s.kind == "Namespace" and isinstance(_meta(obj).get("name"), str):
+            # kube-apiserver's defaulting labels every Namespace with its name, on every write
+            meta = obj["metadata"] = dict(_meta(obj))
+            meta["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": meta["name"]}
         if s.kind not in LOADER_KINDS or s.kind == "Scenario":
-            if not _meta(obj).get("name"):
+            name = _meta(obj).get("name")
+            if not name:
                 raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
+            check = _NAME_CHECKS.get(s.kind)
+            bad = check(str(name)) if check is not None else []
+            if bad:
+                shown = json.dumps(name, ensure_ascii=False)
+                raise _invalid(s.kind, s.group, str(name), [("metadata.name", f"Invalid value: {shown}: {m}") for m in bad])
             return obj
         rv = _meta(obj).get("resourceVersion")
         doc, errors = validate_object(obj, file="request", old=old)
@@ -519,7 +590,7 @@ class RestAPI:
     # --- update and patch ---------------------------------------------------------------------------
     def _update(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
-        obj = self._in(s, _parse_body(body, headers))
+        obj = self._in(s, _parse_body(body, headers, expect=_expect(s)))
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != r.name:
             raise E.BadRequest("the name of the object does not match the name on the URL")
@@ -555,8 +626,7 @@ class RestAPI:
         s = r.served
         ctype = _content_type(headers)
         if ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
-            raise E.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media types "
-                                         f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}, {STRATEGIC_MERGE_PATCH}")
+            raise _patch_type_unsupported(s)
         patch = _parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH)
         dry = _dry_run(query)
         with self.lock:
@@ -620,7 +690,10 @@ class RestAPI:
         if method not in ("GET", "PUT", "PATCH"):
             raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
         ctype = _content_type(headers)
-        payload = _parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH) if method != "GET" else None
+        if method == "PATCH" and ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
+            raise _patch_type_unsupported(s)
+        payload = (_parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH, expect=("autoscaling/v1", "Scale"))
+                   if method != "GET" else None)
         with self.lock:
             cur = self.api.get(s.kind, r.name, self._ns(r))
             scale = self._scale_obj(cur)
@@ -642,7 +715,7 @@ class RestAPI:
         rv = _meta(new).get("resourceVersion")
         if rv and rv != _meta(cur).get("resourceVersion"):
             raise _conflict(s, r.name)
-        replicas = (new.get("spec") or {}).get("replicas")
+        replicas = (new.get("spec") or {}).get("replicas", 0)  # ScaleSpec.replicas is no pointer: absent is 0
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise _invalid("Scale", "autoscaling", r.name, [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: "
                                                                                "must be greater than or equal to 0")])
@@ -654,8 +727,7 @@ class RestAPI:
         return Response(200, self._scale_obj(updated))
 
     # --- eviction and binding -----------------------------------------------------------------------
-    def _evict(self, r: Route, body: bytes) -> Response:
-        ev = _parse_body(body, {}) if body else {}
+    def _evict(self, r: Route, ev: Any) -> Response:
         if not isinstance(ev, dict):
             raise E.BadRequest("the body of the request is not an Eviction")
         if _meta(ev).get("name") and _meta(ev)["name"] != r.name:
@@ -670,8 +742,7 @@ class RestAPI:
             self.api.evict(r.name, self._ns(r), uid)
         return Response(201, _status_ok(201))
 
-    def _bind(self, r: Route, body: bytes) -> Response:
-        b = _parse_body(body, {})
+    def _bind(self, r: Route, b: Any) -> Response:
         target = (b or {}).get("target") or {}
         if not target.get("name"):
             raise _invalid("Binding", "", r.name, [("target.name", "Required value")])
@@ -681,7 +752,7 @@ class RestAPI:
 
     # --- delete -------------------------------------------------------------------------------------
     def _delete_options(self, query: dict, body: bytes, headers: Any) -> dict:
-        opts = _parse_body(body, headers) if body and body.strip() else {}
+        opts = _parse_body(body, headers, expect=("v1", "DeleteOptions")) if body and body.strip() else {}
         if not isinstance(opts, dict):
             opts = {}
         out = {"propagation": opts.get("propagationPolicy") or query.get("propagationPolicy"),
@@ -728,9 +799,9 @@ class RestAPI:
         o = self._delete_options(query, body, headers)
         ns = r.namespace if s.namespaced else None
         out = []
+        fs = self._field_selector(s, query.get("fieldSelector"))
         with self.lock:
-            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None,
-                                      _field_selector(s, query.get("fieldSelector")) or None)
+            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None, fs)
             for it in items:
                 m = _meta(it)
                 if o["dry"]:
@@ -907,6 +978,42 @@ def _invalid(kind: str, group: str, name: str, errors: list[tuple[str, str]]) ->
     return E.Invalid(f'{qualified} "{name}" is invalid: {body}', kind=kind, name=name, group=group, causes=causes)
 
 
+def _path_segment_errors(name: str) -> list[str]:
+    """Why a name cannot be a path segment (kube-apiserver's IsValidPathSegmentName)."""
+    if name in (".", ".."):
+        return [f"may not be '{name}'"]
+    return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
+
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _dns1035_label_errors(name: str) -> list[str]:
+    errs = ["must be no more than 63 characters"] if len(name) > 63 else []
+    if not _DNS1035_LABEL.match(name):
+        errs.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+                    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+                    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+    return errs
+
+
+def _dns1123_subdomain_errors(name: str) -> list[str]:
+    from ..api.names import is_dns1123_subdomain
+
+    return is_dns1123_subdomain(name)
+
+
+# the name rules of the kinds karpy's API validation does not cover (kube-apiserver's ValidateObjectMeta callers);
+# Events take any name
+_NAME_CHECKS: dict[str, Callable[[str], list[str]]] = {
+    "ConfigMap": _dns1123_subdomain_errors, "Secret": _dns1123_subdomain_errors,
+    "ServiceAccount": _dns1123_subdomain_errors, "Lease": _dns1123_subdomain_errors,
+    "Service": _dns1035_label_errors,
+    "Role": _path_segment_errors, "RoleBinding": _path_segment_errors, "ClusterRole": _path_segment_errors,
+    "ClusterRoleBinding": _path_segment_errors,
+}
+
+
 def _truthy(v: Any) -> bool:
     return str(v).lower() in ("1", "true", "yes")
 
@@ -919,13 +1026,33 @@ def _and_selector(a: str | None, b: str) -> str:
     return f"{a},{b}" if a else b
 
 
-def _field_selector(s: D.Served, fs: str | None) -> str | None:
-    """Field selectors on events.k8s.io Events name the v1 fields; the store keeps core Events."""
-    if not fs or s.view != "events.k8s.io":
-        return fs
-    for new, old in _EV_FIELDS:
-        fs = fs.replace(f"{new}.", f"{old}.") if new != old else fs
-    return fs
+def _labels(*names: str, **renamed: str) -> dict[str, str]:
+    out = {n: n for n in names}
+    out.update({k.replace("__", "."): v for k, v in renamed.items()})
+    return out
+
+
+# kube-apiserver's field label conversions: what each built-in kind can be selected on (and a few old names);
+# a kind not listed takes metadata.name and metadata.namespace
+_FIELD_LABELS: dict[str, dict[str, str]] = {
+    "Pod": _labels("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+                   "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+                   "status.nominatedNodeName", spec__host="spec.nodeName"),
+    "Node": _labels("metadata.name", "spec.unschedulable"),
+    "Namespace": _labels("metadata.name", "status.phase"),
+    "Event": _labels("involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+                     "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+                     "reason", "reportingComponent", "source", "type", "metadata.namespace", "metadata.name"),
+    "Secret": _labels("type", "metadata.namespace", "metadata.name"),
+    "Service": _labels("metadata.namespace", "metadata.name", "spec.clusterIP", "spec.type"),
+    "Job": _labels("metadata.name", "metadata.namespace", "status.successful"),
+}
+# events.k8s.io/v1 field labels -> the core Event fields the store keeps
+_EVENTS_V1_FIELDS = {"reason": "reason", "reportingController": "reportingComponent", "type": "type",
+                     "metadata.namespace": "metadata.namespace", "metadata.name": "metadata.name",
+                     **{f"regarding.{f}": f"involvedObject.{f}" for f in ("kind", "namespace", "name", "uid",
+                                                                            "apiVersion", "resourceVersion",
+                                                                            "fieldPath")}}
 
 
 def _content_type(headers: Any) -> str:
@@ -933,15 +1060,41 @@ def _content_type(headers: Any) -> str:
     return ct.split(";", 1)[0].strip().lower()
 
 
-def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False) -> Any:
+_UNKNOWN_FORMAT = "the body of the request was in an unknown format - accepted media types include: "
+
+
+def _patch_type_unsupported(s: D.Served) -> E.UnsupportedMediaType:
+    """kube-apiserver's 415 for a PATCH of another content type (a protobuf body among them): its HTTP router
+    answers for the built-in kinds, the custom resource handler names the patch types it takes."""
+    if _expect(s) is not None:
+        return E.UnsupportedMediaType("415: Unsupported Media Type")
+    return E.UnsupportedMediaType(_UNKNOWN_FORMAT + f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}")
+
+
+def _expect(s: D.Served) -> tuple[str, str] | None:
+    """(apiVersion, kind) a protobuf body for the resource holds; None for custom resources, which have none."""
+    if s.group and s.kind in _crd_kinds():
+        return None
+    return s.api_version, s.kind
+
+
+def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False, expect: tuple[str, str] | None = None) -> Any:
+    """The request's object: JSON (or YAML), or Kubernetes' protobuf for a built-in kind (``expect``: the
+    apiVersion and kind the endpoint takes; kubectl's generators send ``create namespace|deployment|...``,
+    ``run``, ``expose`` and the evictions of ``drain`` so)."""
+    ct = _content_type(headers) if headers else "application/json"
+    if ct == P.MEDIA_TYPE:
+        if expect is None:
+            raise E.UnsupportedMediaType(_UNKNOWN_FORMAT + "application/json, application/yaml")
+        try:
+            return P.decode(body, *expect)
+        except P.DecodeError as e:
+            raise E.BadRequest(str(e)) from None
     if not body:
         raise E.BadRequest("the request has no body")
-    ct = _content_type(headers) if headers else "application/json"
     if "protobuf" in ct or "cbor" in ct:
-        # kubectl's generators (create namespace|deployment|configmap..., run, expose, drain) send protobuf
-        raise E.UnsupportedMediaType(f"the body of the request was in an unknown format - accepted media types "
-                                     f"include: application/json, application/yaml (karpy sandbox does not decode "
-                                     f"{ct}; write the object as YAML and use kubectl apply -f or kubectl create -f)")
+        accepted = "application/json, application/yaml" + (f", {P.MEDIA_TYPE}" if expect else "")
+        raise E.UnsupportedMediaType(_UNKNOWN_FORMAT + accepted)
     try:
         if yaml_ok or "yaml" in ct:
             return yaml.safe_load(body)

@@ -143,11 +143,3 @@ data: {a: b}
     sandbox.kubectl("delete", "namespace", "watched")
     assert "watched" not in sandbox.kubectl("get", "ns").stdout
 
-
-def test_generators_sending_protobuf_get_an_explanation(sandbox):
-    # kubectl's generators (create namespace, create deployment, run, drain's evictions) send protobuf, which the
-    # sandbox does not decode: the answer says so, and the same object through kubectl apply works
-    p = sandbox.kubectl("create", "namespace", "generated", check=False)
-    assert p.returncode != 0 and "UnsupportedMediaType" in p.stderr and "kubectl apply -f" in p.stderr
-    manifest = sandbox.kubectl("create", "namespace", "generated", "--dry-run=client", "-o", "yaml").stdout
-    assert "namespace/generated created" in sandbox.kubectl("apply", "-f", "-", stdin=manifest).stdout
