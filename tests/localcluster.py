@@ -178,3 +178,80 @@ def wait_for(pred, timeout: float = 60.0, what: str = "condition", interval: flo
 
 def json_of(p: subprocess.CompletedProcess) -> Any:
     return json.loads(p.stdout)
+
+
+class Karpy:
+    """``karpy controller`` (or another karpy command) as a process; its JSON log lines, its stop."""
+
+    def __init__(self, args: list[str], d: Path, name: str, env: dict | None = None):
+        import signal  # noqa: F401 - used by stop's callers
+
+        self.out_path = Path(d) / f"{name}.out"
+        self.err_path = Path(d) / f"{name}.err"
+        self.p = subprocess.Popen([sys.executable, "-m", "karpy.cli", *args], stdout=open(self.out_path, "w"),
+                                  stderr=open(self.err_path, "w"),
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+    @classmethod
+    def controller(cls, kubeconfig: str, d: Path, name: str = "controller", *extra: str) -> "Karpy":
+        return cls(["controller", "--kubeconfig", kubeconfig, "--metrics-port", "0", "--health-probe-port", "0",
+                    "--bind-address", "127.0.0.1", *extra], d, name)
+
+    def logs(self) -> list[dict]:
+        out = []
+        for line in self.out_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def messages(self) -> list[str]:
+        return [r.get("message", "") for r in self.logs()]
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def port(self, kind: str) -> int:
+        rec = wait_for(lambda: next((r for r in self.logs() if r.get("message") == "starting server"
+                                     and r.get("kind") == kind), None), what=f"{kind} port")
+        return int(rec["port"])
+
+    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
+        import signal
+
+        if self.p.poll() is None:
+            self.p.send_signal(sig if sig is not None else signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return self.p.wait(5)
+
+
+def service_account_kubeconfig(cluster: LocalCluster, namespace: str, name: str, path: Path) -> str:
+    """A kubeconfig holding a token of the ServiceAccount ``namespace/name`` (what a pod of it would mount)."""
+    token = cluster.kubectl("create", "token", name, "-n", namespace, "--duration", "2h").stdout.strip()
+    doc = json.loads((cluster.dir / "admin.kubeconfig").read_text())
+    doc["users"] = [{"name": name, "user": {"token": token}}]
+    doc["contexts"] = [{"name": "karpy-local", "context": {"cluster": "karpy-local", "user": name,
+                                                          "namespace": namespace}}]
+    path.write_text(json.dumps(doc, indent=2))
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def audit_events(cluster: LocalCluster, username: str) -> list[dict]:
+    """The audited requests of ``username`` (ServiceAccounts only are audited), in order."""
+    out = []
+    path = cluster.dir / "logs" / "audit.log"
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if (ev.get("user") or {}).get("username") == username and ev.get("stage") == "ResponseComplete":
+            out.append(ev)
+    return out

@@ -32,7 +32,7 @@ from ..kube import errors as E
 from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import ref
-from ..runtime.manager import condition, deleting, is_true
+from ..runtime.manager import condition, deleting, is_true, newer
 from .env import Env
 
 FINALIZER = "karpenter.sh/termination"
@@ -90,20 +90,51 @@ def set_ready(status: dict, now: float) -> None:
                   reason=None if ok else "NotReady", message=None if ok else "not all conditions are ready")
 
 
+LAUNCH_CACHE_TTL = 60.0  # seconds a launch result is reused for a NodeClaim whose Launched status is not seen yet
+
+
 class Lifecycle:
+    """Launch, registration, initialization and liveness of NodeClaims, and their finalizer.
+
+    Against a real API server the informer's copy of a NodeClaim lags this controller's own writes by a
+    moment, and another event (its Node appearing) can run the reconcile again in between. So the controller
+    reads its own writes (the newer of the cached copy and what its last write returned) and, as upstream's
+    launch does, remembers each launch by NodeClaim UID for a minute: a NodeClaim is never launched twice
+    because its status was not seen yet."""
+
     name = "nodeclaim.lifecycle"
 
     def __init__(self, env: Env):
         self.env = env
+        self._written: dict[str, dict] = {}  # NodeClaim name -> what our last write of it returned
+        self._launched: dict[str, tuple[float, dict]] = {}  # NodeClaim UID -> (when, the cloud's answer)
+
+    def _current(self, name: str) -> dict | None:
+        """The NodeClaim as this controller last knows it: its own last write if the cache has not caught up."""
+        cached = self.env.mgr.get("NodeClaim", name)
+        mine = self._written.get(name)
+        if mine is not None:
+            if newer(mine, cached):
+                return mine
+            del self._written[name]
+        return cached
+
+    def _wrote(self, obj: Any) -> Any:
+        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name"):
+            self._written[obj["metadata"]["name"]] = obj
+        return obj
 
     def setup(self, mgr) -> None:
         mgr.watch("NodeClaim", self._on_claim)
         mgr.watch("Node", self._on_node)
 
     def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        meta = obj["metadata"]
+        mine = self._written.get(meta["name"])
+        if mine is not None and (etype == DELETED or not newer(mine, obj)):
+            del self._written[meta["name"]]  # the cache has caught up with our own write
         if etype == DELETED:
             return
-        meta = obj["metadata"]
         if not meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or ()) and is_true(obj, "Ready"):
             return  # launched, registered and initialized: nothing left to do until it is deleted
         self.env.mgr.enqueue(self, meta["name"])
@@ -117,17 +148,18 @@ class Lifecycle:
     # --- reconcile --------------------------------------------------------------------------
     def reconcile(self, name: str) -> float | None:
         env = self.env
-        claim = env.mgr.get("NodeClaim", name)
+        claim = self._current(name)
         if claim is None:
+            self._written.pop(name, None)
             return None
         if not env.cloud.serves((claim.get("spec") or {}).get("nodeClassRef")) if hasattr(env.cloud, "serves") else False:
             return None
         if deleting(claim):
             return self.finalize(claim)
         if FINALIZER not in (claim["metadata"].get("finalizers") or ()):
-            claim = env.api.patch("NodeClaim", name, {"metadata": {
+            claim = self._wrote(env.api.patch("NodeClaim", name, {"metadata": {
                 "finalizers": list(claim["metadata"].get("finalizers") or ()) + [FINALIZER],
-                "resourceVersion": claim["metadata"]["resourceVersion"]}})
+                "resourceVersion": claim["metadata"]["resourceVersion"]}}))
             env.mgr.pump()
         now = env.now()
         meta_patch: dict[str, Any] = {}
@@ -185,16 +217,25 @@ class Lifecycle:
             requeue.append(left)
         set_ready(status, now)
         if meta_patch:
-            env.api.patch("NodeClaim", name, {"metadata": meta_patch})
+            self._wrote(env.api.patch("NodeClaim", name, {"metadata": meta_patch}))
         if status != (claim.get("status") or {}):
-            env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
+            self._wrote(env.api.patch("NodeClaim", name, {"status": status}, subresource="status"))
         return min(requeue) if requeue else None
 
     def _launch(self, claim: dict) -> dict | None:
         env = self.env
         name = claim["metadata"]["name"]
+        uid = claim["metadata"].get("uid") or name
+        now = env.now()
+        for k in [k for k, (t, _) in self._launched.items() if now - t > LAUNCH_CACHE_TTL]:
+            del self._launched[k]
+        hit = self._launched.get(uid)
+        if hit is not None:
+            return hit[1]
         try:
-            return env.cloud.create(claim)
+            created = env.cloud.create(claim)
+            self._launched[uid] = (now, created)
+            return created
         except (InsufficientCapacityError, NodeClassNotReadyError) as e:
             env.recorder.publish(ref(claim), "LaunchFailed" if isinstance(e, InsufficientCapacityError) else "NodeClassNotReady",
                                  f"InsufficientCapacityError: {e}" if isinstance(e, InsufficientCapacityError) else str(e),
@@ -286,12 +327,12 @@ class Lifecycle:
         tgp = (claim.get("spec") or {}).get("terminationGracePeriod")
         if tgp not in (None, "Never") and TERMINATION_TIMESTAMP not in (meta.get("annotations") or {}):
             deadline = (parse_time(meta.get("deletionTimestamp")) or env.now()) + res.parse_duration(tgp)
-            env.api.patch("NodeClaim", name, {"metadata": {"annotations": {TERMINATION_TIMESTAMP: fmt_time(deadline)}}})
+            self._wrote(env.api.patch("NodeClaim", name, {"metadata": {"annotations": {TERMINATION_TIMESTAMP: fmt_time(deadline)}}}))
             env.log.info("annotated nodeclaim", controller=self.name, NodeClaim={"name": name},
                          **{TERMINATION_TIMESTAMP: fmt_time(deadline)})
             env.recorder.publish(ref(claim), "TerminationGracePeriodExpiring",
                                  f"All pods will be deleted by {fmt_time(deadline)}", "Warning")
-            claim = env.mgr.get("NodeClaim", name) or claim
+            claim = self._current(name) or claim
         status = claim.get("status") or {}
         pid = status.get("providerID")
         if is_true(claim, "Registered") or pid:

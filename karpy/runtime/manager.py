@@ -279,6 +279,18 @@ def annotations_of(obj: dict | None) -> dict:
     return ((obj or {}).get("metadata") or {}).get("annotations") or {}
 
 
+def newer(written: dict | None, cached: dict | None) -> bool:
+    """Whether ``written`` (what this process's own write returned) is a later version of the object than
+    ``cached`` (the informer's copy, which a real API server's watch updates a moment later)."""
+    if written is None or cached is None:
+        return False
+    wm, cm = written.get("metadata") or {}, cached.get("metadata") or {}
+    if wm.get("uid") != cm.get("uid"):
+        return False
+    w, c = str(wm.get("resourceVersion") or ""), str(cm.get("resourceVersion") or "")
+    return w.isdigit() and c.isdigit() and int(w) > int(c)
+
+
 def deleting(obj: dict | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 

@@ -283,3 +283,39 @@ def test_an_existing_termination_annotation_is_kept(h):
     h.reconcile(LIFECYCLE, name)
     assert annotations(h.get("NodeClaim", name))["karpenter.sh/nodeclaim-termination-timestamp"] == \
         "2024-04-01T12:00:00-05:00"
+
+
+def test_a_stale_cache_never_launches_a_nodeclaim_twice(h):
+    """Against a real API server the informer's copy lags the controller's own writes: a second reconcile that
+    still sees the NodeClaim unlaunched (its Node's event came first) must not launch a second instance, nor
+    log it twice (upstream's launch remembers each launch by UID for the same reason)."""
+    h.setup()
+    name = _new_claim(h)
+    lc = h.controllers[LIFECYCLE]
+    h.mgr.pump()
+    lc.reconcile(name)
+    h.mgr._feed.clear()  # the watch events of its own writes have not arrived: the cache still says unlaunched
+    assert cond_status(h.mgr.get("NodeClaim", name), "Launched") != "True"
+    lc.reconcile(name)
+    assert [i.nodeclaim for i in h.cloud.instances.values()].count(name) == 1
+    assert len(h.events("Launched", involved=name)) == 1
+    c = h.get("NodeClaim", name)
+    assert cond_status(c, "Launched") == "True" and c["status"]["providerID"] == f"kwok://{name}"
+
+
+def test_a_stale_cache_past_our_own_write_reuses_the_launch(h):
+    """Even when the controller's own write is lost (the status patch failed), a NodeClaim is launched once
+    within a minute: the cloud's answer is remembered by UID."""
+    h.setup()
+    name = _new_claim(h)
+    lc = h.controllers[LIFECYCLE]
+    calls = []
+    create = lc.env.cloud.create
+    lc.env.cloud.create = lambda claim: calls.append(claim["metadata"]["name"]) or create(claim)
+    h.mgr.pump()
+    lc.reconcile(name)
+    h.mgr._feed.clear()
+    lc._written.clear()
+    lc.reconcile(name)
+    assert calls == [name]  # a real cloud would have made a second instance
+    assert cond_status(h.get("NodeClaim", name), "Launched") == "True"
