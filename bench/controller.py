@@ -1,7 +1,7 @@
 """`karpy controller` against a real HTTP API: pending pods created through the API become NodeClaims.
 
-Starts ``karpy sandbox --no-karpenter`` (the in-memory API server over HTTP with the simulated world, real
-time) and ``karpy controller --cloud-provider kwok`` as two processes on 127.0.0.1, applies a KWOKNodeClass
+Starts ``karpy sandbox --no-karpenter`` (the in-memory API server over HTTPS, as it serves by default on
+loopback, with the simulated world, real time) and ``karpy controller --cloud-provider kwok`` as two processes on 127.0.0.1, applies a KWOKNodeClass
 and a NodePool (linux, on-demand), then creates N pods through the API, one POST each, in parallel
 connections. It reports:
 
@@ -25,11 +25,13 @@ unbound.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -70,17 +72,26 @@ def free_port() -> int:
 
 
 class Api:
-    """A tiny JSON client over keep-alive connections, one per thread."""
+    """A tiny JSON client over keep-alive connections, one per thread; HTTPS verified with the kubeconfig's CA."""
 
-    def __init__(self, url: str):
-        u = urlparse(url)
+    def __init__(self, kubeconfig: Path):
+        cluster = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]
+        u = urlparse(cluster["server"])
         self.host, self.port = u.hostname, u.port
+        self.ssl = None
+        if u.scheme == "https":
+            ca = cluster.get("certificate-authority-data")
+            self.ssl = ssl.create_default_context(cadata=base64.b64decode(ca).decode() if ca else None)
         self.local = threading.local()
 
     def _conn(self) -> http.client.HTTPConnection:
         c = getattr(self.local, "conn", None)
         if c is None:
-            c = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            if self.ssl is not None:
+                c = http.client.HTTPSConnection(self.host, self.port, timeout=60, context=self.ssl)
+            else:
+                c = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            self.local.conn = c
         return c
 
     def request(self, method: str, path: str, body: dict | None = None) -> dict:
@@ -127,8 +138,7 @@ def main(argv: list[str]) -> int:
         deadline = time.monotonic() + 60
         while not kubeconfig.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        url = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-        api = Api(url)
+        api = Api(kubeconfig)
         controller = subprocess.Popen(
             [str(KARPY), "controller", "--kubeconfig", str(kubeconfig), "--cloud-provider", "kwok",
              "--leader-elect=false", "--metrics-port", str(free_port()), "--health-probe-port", str(free_port()), "--bind-address", "127.0.0.1",

@@ -5,6 +5,7 @@ See ``../shared/contract/controller.md`` (section ``karpy sandbox``).
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import json
 import os
@@ -32,14 +33,24 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def kubeconfig_text(url: str, *, token: str | None = None, ca_file: str | None = None) -> str:
+def kubeconfig_text(url: str, *, token: str | None = None, ca_file: str | None = None,
+                    ca_pem: bytes | None = None, client_cert_pem: bytes | None = None,
+                    client_key_pem: bytes | None = None) -> str:
     import base64
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
 
     cluster: dict = {"server": url}
     if ca_file:
         with open(ca_file, "rb") as f:
-            cluster["certificate-authority-data"] = base64.b64encode(f.read()).decode()
+            ca_pem = f.read()
+    if ca_pem:
+        cluster["certificate-authority-data"] = b64(ca_pem)
     user: dict = {"token": token} if token else {}
+    if client_cert_pem and client_key_pem:
+        user["client-certificate-data"] = b64(client_cert_pem)
+        user["client-key-data"] = b64(client_key_pem)
     doc = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
         "clusters": [{"name": CONTEXT, "cluster": cluster}],
@@ -71,6 +82,8 @@ def _write_kubeconfig(path: str, text: str) -> None:
 @click.option("--no-karpenter", "no_karpenter", is_flag=True,
               help="Run the simulated cluster without Karpenter's controllers (for karpy controller or another client).")
 @click.option("--region", default=None, help="Region of the cloud catalog (default: per provider).")
+@click.option("--plain-http", "plain_http", is_flag=True,
+              help="Serve plain HTTP instead of HTTPS with a generated certificate (loopback only).")
 @click.option("--tls-cert", "tls_cert", default=None, help="TLS certificate (required off loopback).")
 @click.option("--tls-key", "tls_key", default=None, help="TLS private key (required off loopback).")
 @click.option("--token-file", "token_file", default=None, help="File holding the bearer token clients must send.")
@@ -78,18 +91,27 @@ def _write_kubeconfig(path: str, text: str) -> None:
               type=click.Choice(["debug", "info", "warn", "error"]), help="Level of Karpenter's logs (stdout).")
 @click.option("--watch-history", "watch_history", default=None, type=int, hidden=True,
               help="Watch events kept per kind (older resourceVersions answer 410 Gone).")
+@click.option("--handshake-timeout", "handshake_timeout", default=None, type=float, hidden=True,
+              help="Seconds a client has to complete the TLS handshake (default 10).")
 def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, speed: float, no_karpenter: bool,
-            region: str | None, tls_cert: str | None, tls_key: str | None, token_file: str | None, log_level: str,
-            watch_history: int | None) -> None:
+            region: str | None, plain_http: bool, tls_cert: str | None, tls_key: str | None, token_file: str | None,
+            log_level: str, watch_history: int | None, handshake_timeout: float | None) -> None:
     """Serve a Kubernetes API over a simulated cluster (with Karpenter), applying the manifests in PATH... first."""
     if not (speed > 0) or speed > 1e6:
         _fail(f"--speed: Invalid value: {speed}: must be greater than 0")
     if not 0 <= port <= 65535:
         _fail(f"--port: Invalid value: {port}: must be between 0 and 65535")
+    if handshake_timeout is not None and not handshake_timeout > 0:
+        _fail(f"--handshake-timeout: Invalid value: {handshake_timeout}: must be greater than 0")
     if region is not None and not region.strip():
         _fail('--region: Invalid value: "": must not be empty')
     if bool(tls_cert) != bool(tls_key):
         _fail("--tls-cert and --tls-key go together")
+    if plain_http and not is_loopback(address):
+        _fail(f"--plain-http: serves loopback only (127.0.0.1, ::1, localhost), not --address {address}; off "
+              "loopback the sandbox requires TLS and a token (--tls-cert, --tls-key, --token-file)")
+    if plain_http and tls_cert:
+        _fail("--plain-http and --tls-cert/--tls-key exclude each other")
     if not is_loopback(address) and not (tls_cert and tls_key and token_file):
         _fail(f"--address {address}: off loopback the sandbox requires TLS and a token (--tls-cert, --tls-key, "
               "--token-file)")
@@ -135,14 +157,27 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
     box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
                   log_stream=sys.stdout, watch_history=watch_history)
     rest = RestAPI(box.api, box.lock, box.clock)
+    certs = None
+    if not tls_cert and not plain_http:  # loopback: HTTPS with a CA of this run, as kind does
+        from .tls import generate
+
+        certs = generate(address)
+        atexit.register(certs.remove)
+        tls_cert, tls_key = certs.cert_file, certs.key_file
     try:
-        server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token)
+        server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token,
+                            **({"handshake_timeout": handshake_timeout} if handshake_timeout else {}))
     except ssl_errors() as e:
         _fail(f"--tls-cert/--tls-key: {e}")
     except OSError as e:
         _fail(f"cannot listen on {address}:{port}: {e.strerror or e}")
     rest.server_address = f"{address}:{server.port}"
-    _write_kubeconfig(kubeconfig, kubeconfig_text(server.url, token=token, ca_file=tls_cert))
+    if certs is not None:
+        text = kubeconfig_text(server.url, token=token, ca_pem=certs.ca_pem, client_cert_pem=certs.client_cert_pem,
+                               client_key_pem=certs.client_key_pem)
+    else:
+        text = kubeconfig_text(server.url, token=token, ca_file=tls_cert)
+    _write_kubeconfig(kubeconfig, text)
 
     stop = threading.Event()
 
@@ -160,6 +195,8 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
     click.echo("karpy sandbox: stopping", err=True)
     server.stop()
     box.stop()
+    if certs is not None:
+        certs.remove()
     sys.stdout.flush()
     sys.exit(0)
 

@@ -12,6 +12,12 @@ would have to be bridged into).
 Watches are sent with ``Transfer-Encoding: chunked``, one JSON event per line,
 flushed as they happen. Off loopback the server requires TLS and a bearer token
 (``Authorization: Bearer <token>``) on every request but the health checks.
+
+With TLS the listening socket stays a plain one: ``accept()`` on the serving
+thread only takes the connection, and the handshake runs in that connection's
+own thread with a deadline (:data:`HANDSHAKE_TIMEOUT`), so a client that
+connects and says nothing (or says it slowly) holds up its own connection and
+nobody else's.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 from .rest import RestAPI, Response
 
 HEALTH = ("/healthz", "/livez", "/readyz")
+HANDSHAKE_TIMEOUT = 10.0  # seconds a client has to complete the TLS handshake
 
 
 class _Server(ThreadingHTTPServer):
@@ -34,11 +41,46 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], rest: RestAPI, token: str | None, family: int):
+    def __init__(self, addr: tuple[str, int], rest: RestAPI, token: str | None, family: int,
+                 ssl_context: ssl.SSLContext | None = None, handshake_timeout: float = HANDSHAKE_TIMEOUT):
         self.address_family = family
         self.rest = rest
         self.token = token
+        self.ssl_context = ssl_context
+        self.handshake_timeout = handshake_timeout
         super().__init__(addr, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Runs in the connection's thread: the TLS handshake (with its deadline), then the HTTP exchanges."""
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            request.settimeout(self.handshake_timeout)
+            conn = self.ssl_context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except OSError:
+            return
+        try:
+            conn.do_handshake()
+            conn.settimeout(None)  # watches stay open as long as the client wants
+        except (OSError, ValueError):  # a timeout, a client that does not trust the CA, plain HTTP on the port
+            _close(conn)
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            _close(conn)  # wrap_socket took over the accepted socket: shutdown_request cannot close it
+
+
+def _close(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -136,14 +178,17 @@ class HTTPServer:
     """The listening socket and its serving thread."""
 
     def __init__(self, rest: RestAPI, address: str, port: int, *, tls_cert: str | None = None,
-                 tls_key: str | None = None, token: str | None = None):
+                 tls_key: str | None = None, token: str | None = None,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT):
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        self.httpd = _Server((address, port), rest, token, family)
-        self.tls = bool(tls_cert)
+        ctx = None
         if tls_cert:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(tls_cert, tls_key)
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            ctx.set_alpn_protocols(["http/1.1"])  # clients that offer h2 (Node.js, Go) settle on HTTP/1.1
+        self.httpd = _Server((address, port), rest, token, family, ctx, handshake_timeout)
+        self.tls = ctx is not None
         self.rest = rest
         self.address = address
         self.port = self.httpd.server_address[1]

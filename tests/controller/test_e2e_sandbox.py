@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -107,13 +109,21 @@ def sandbox(tmp_path):
     try:
         wait_for(lambda: kc.exists(), what="the sandbox kubeconfig")
         config, _ = load_config(str(kc))
+        assert config.cluster.server.startswith("https://127.0.0.1:")  # HTTPS by default on loopback
         api = KubeClient(config, retry=RetryPolicy(attempts=5, base=0.05, cap=0.5))
-        wait_for(lambda: urllib.request.urlopen(config.cluster.server + "/readyz", timeout=2).status == 200,
+        ctx = ssl_context(kc)
+        wait_for(lambda: urllib.request.urlopen(config.cluster.server + "/readyz", timeout=2, context=ctx).status == 200,
                  what="the sandbox")
         yield str(kc), api
         api.close()
     finally:
         p.stop()
+
+
+def ssl_context(kubeconfig) -> ssl.SSLContext:
+    """Trusts the CA the sandbox wrote into its kubeconfig (``certificate-authority-data``), and only it."""
+    cluster = json.loads(open(kubeconfig).read())["clusters"][0]["cluster"]
+    return ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
 
 
 def controller(tmp_path, kubeconfig: str, name: str, *extra: str) -> Proc:
@@ -302,7 +312,8 @@ def test_cut_connections_lose_and_double_no_nodeclaim(sandbox, tmp_path):
     host, port = config.cluster.server.rsplit("//", 1)[1].rsplit(":", 1)
     proxy = CuttingProxy((host, int(port)))
     pkc = tmp_path / "proxied.kubeconfig"
-    text = open(kc).read().replace(config.cluster.server, f"http://127.0.0.1:{proxy.port}")
+    # the proxy passes TLS through: the controller verifies the sandbox's certificate, which names 127.0.0.1
+    text = open(kc).read().replace(config.cluster.server, f"https://127.0.0.1:{proxy.port}")
     pkc.write_text(text)
     c = controller(tmp_path, str(pkc), "controller", "--leader-elect=false")
     try:

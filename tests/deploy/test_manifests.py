@@ -4,10 +4,12 @@ contract says; the Dockerfile builds what the Deployment runs; kubectl takes the
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -221,8 +223,11 @@ def sandbox(tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             if kubeconfig.exists():
                 try:
-                    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-                    with urllib.request.urlopen(server + "/readyz", timeout=2) as r:
+                    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+                    server = cluster["server"]
+                    ca = cluster.get("certificate-authority-data")  # HTTPS with the sandbox's own CA
+                    ctx = ssl.create_default_context(cadata=base64.b64decode(ca).decode()) if ca else None
+                    with urllib.request.urlopen(server + "/readyz", timeout=2, context=ctx) as r:
                         if r.status == 200:
                             break
                 except Exception:  # noqa: BLE001 - not up yet

@@ -3,10 +3,15 @@
 ``sandbox``: with Karpenter, at 100x real time. ``bare``: ``--no-karpenter``,
 with a manifest applied at start. Each test leaves objects of its own names
 and namespaces, so the tests of one module share a sandbox.
+
+A sandbox serves HTTPS on loopback with a CA of its own, which it writes into
+the kubeconfig; every request here verifies the server with that CA
+(:func:`kubeconfig_ssl_context`), as kubectl and the clients do.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -42,20 +47,38 @@ def wait_for(fn: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def kubeconfig_cluster(path: Path | str) -> dict:
+    """The ``cluster`` entry of a sandbox's kubeconfig (server URL, CA)."""
+    return json.loads(Path(path).read_text())["clusters"][0]["cluster"]
+
+
+def kubeconfig_ssl_context(path: Path | str) -> ssl.SSLContext | None:
+    """A client context that trusts the kubeconfig's ``certificate-authority-data`` (None for plain HTTP)."""
+    cluster = kubeconfig_cluster(path)
+    if not cluster["server"].startswith("https:"):
+        return None
+    ca = cluster.get("certificate-authority-data")
+    if ca is None:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cadata=base64.b64decode(ca).decode())
+
+
 class RunningSandbox:
-    def __init__(self, tmp: Path, args: list[str]):
+    def __init__(self, tmp: Path, args: list[str], env: dict[str, str] | None = None):
         self.tmp = tmp
         self.kubeconfig = tmp / "kubeconfig"
         self.stdout = open(tmp / "stdout.log", "wb")
         self.stderr = open(tmp / "stderr.log", "wb")
         cmd = [sys.executable, "-m", "karpy.cli", "sandbox", *args, "--port", "0", "--kubeconfig", str(self.kubeconfig)]
-        self.proc = subprocess.Popen(cmd, cwd=tmp, stdout=self.stdout, stderr=self.stderr)
+        self.proc = subprocess.Popen(cmd, cwd=tmp, stdout=self.stdout, stderr=self.stderr,
+                                     env={**os.environ, **(env or {})})
+        self.ssl_context: ssl.SSLContext | None = None
         try:
             wait_for(self._ready, START_TIMEOUT, 0.05, "the sandbox to serve")
         except AssertionError:
             self.stop()
             raise AssertionError(f"sandbox did not start: {self.log('stderr')}")
-        self.url = json.loads(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        self.url = kubeconfig_cluster(self.kubeconfig)["server"]
         self.env = {**os.environ, "HOME": str(tmp), "KUBECONFIG": str(self.kubeconfig)}
 
     def _ready(self) -> bool:
@@ -63,13 +86,19 @@ class RunningSandbox:
             raise AssertionError(f"sandbox exited with {self.proc.returncode}: {self.log('stderr')}")
         if not self.kubeconfig.exists():
             return False
-        url = json.loads(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        url = kubeconfig_cluster(self.kubeconfig)["server"]
+        self.ssl_context = kubeconfig_ssl_context(self.kubeconfig)
         try:
-            ctx = ssl._create_unverified_context() if url.startswith("https:") else None  # health only
-            with urllib.request.urlopen(url + "/readyz", timeout=2, context=ctx) as r:
+            with urllib.request.urlopen(url + "/readyz", timeout=2, context=self.ssl_context) as r:
                 return r.status == 200
         except OSError:
             return False
+
+    def urlopen(self, req: urllib.request.Request | str, timeout: float = 10):
+        """``urllib.request.urlopen`` against the sandbox, verifying it with the kubeconfig's CA."""
+        if isinstance(req, str) and req.startswith("/"):
+            req = self.url + req
+        return urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context)
 
     def log(self, which: str) -> str:
         f = getattr(self, which)
@@ -88,7 +117,7 @@ class RunningSandbox:
         return p
 
     def get_json(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+        with self.urlopen(self.url + path) as r:
             return json.loads(r.read())
 
     def client(self):

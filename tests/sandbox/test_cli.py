@@ -1,4 +1,5 @@
-"""``karpy sandbox`` flags: loopback only without TLS, TLS with a bearer token, bad input."""
+"""``karpy sandbox`` flags: off loopback only with TLS and a token, ``--plain-http`` on loopback only, a
+certificate of the user's with a bearer token, bad input."""
 
 from __future__ import annotations
 
@@ -25,8 +26,20 @@ def test_off_loopback_without_tls_is_refused(address, tmp_path):
     assert not (tmp_path / "kc").exists()
 
 
+@pytest.mark.parametrize("address", ["0.0.0.0", "192.0.2.10", "::"])
+def test_plain_http_off_loopback_is_refused(address, tmp_path):
+    r = CliRunner().invoke(main, ["sandbox", "--plain-http", "--address", address, "--kubeconfig",
+                                  str(tmp_path / "kc")])
+    assert r.exit_code == 2
+    assert "--plain-http" in r.output and "loopback only" in r.output and address in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "kc").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--speed", "0"], "--speed"),
+    (["--plain-http", "--tls-cert", "c.pem", "--tls-key", "k.pem"], "--plain-http"),
+    (["--handshake-timeout", "0"], "--handshake-timeout"),
     (["--region", ""], "--region"),
     (["--tls-cert", "x.pem"], "--tls-key"),
 ])

@@ -248,14 +248,14 @@ def test_binding_assigns_a_pod(bare):
 def test_raw_watch_stream_and_table(bare):
     req = urllib.request.Request(bare.url + "/api/v1/namespaces/preloaded/configmaps?watch=1&timeoutSeconds=1"
                                  "&sendInitialEvents=true&allowWatchBookmarks=true")
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with bare.urlopen(req, timeout=10) as r:
         assert r.headers["Transfer-Encoding"] == "chunked"
         lines = [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]
     assert [(e["type"], e["object"]["metadata"].get("name")) for e in lines] == [("ADDED", "hello"), ("BOOKMARK", None)]
     assert lines[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     req = urllib.request.Request(bare.url + "/apis/karpenter.sh/v1/nodepools",
                                  headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with bare.urlopen(req, timeout=10) as r:
         table = json.loads(r.read())
     assert table["kind"] == "Table"
     assert [c["name"] for c in table["columnDefinitions"]][:5] == ["Name", "NodeClass", "Nodes", "Ready", "Age"]
