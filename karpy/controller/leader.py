@@ -99,7 +99,8 @@ class LeaderElector:
         new_spec["renewTime"] = wall
         if holder != self.identity:
             new_spec["acquireTime"] = wall
-            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
+            # client-go counts every change of holder, a released Lease (no holder) taken over included
+            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         meta = lease["metadata"]
         new = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                "metadata": {"name": self.name, "namespace": self.namespace,

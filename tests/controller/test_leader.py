@@ -63,6 +63,8 @@ def test_released_lease_is_taken_at_once():
     spec = lease(api)["spec"]
     assert not spec.get("holderIdentity") and spec["leaseDurationSeconds"] == 1
     assert b.try_acquire_or_renew()  # no waiting: the holder is empty
+    # as client-go counts it: a released Lease taken by another candidate is a transition
+    assert lease(api)["spec"]["holderIdentity"] == "b" and lease(api)["spec"]["leaseTransitions"] == 1
 
 
 def test_two_candidates_racing_on_one_version_only_one_wins():
