@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from importlib import resources
@@ -63,6 +63,7 @@ GROUP_PACKAGES = {
     "apiextensions.k8s.io": "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions",
 }
 
+_TYPE_MESSAGE, _TYPE_BYTES = 11, 12  # FieldDescriptorProto.Type of descriptor.proto
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _GO_ZERO_TIME = -62135596800  # 0001-01-01T00:00:00Z, Go's zero time.Time
 _OMIT = object()
@@ -82,10 +83,10 @@ class _Hints:
     pointer: frozenset = frozenset()  # present means set, even when empty
     keep: frozenset = frozenset()  # scalars JSON writes even when zero (no omitempty)
     inline: frozenset = frozenset()  # embedded structs whose fields JSON writes in the parent
-    names: dict = None  # type: ignore[assignment]  # field number -> JSON name, where it is not the proto name
+    names: dict = field(default_factory=dict)  # field number -> JSON name, where it is not the proto name
 
 
-_NO_HINTS = _Hints(names={})
+_NO_HINTS = _Hints()
 
 
 class _Schemas:
@@ -231,8 +232,6 @@ def to_json(msg: Any) -> Any:
     special = _SPECIAL.get(msg.DESCRIPTOR.full_name)
     if special is not None:
         return special(msg)
-    from google.protobuf.descriptor import FieldDescriptor as FD
-
     h = schemas().hints.get(msg.DESCRIPTOR.full_name, _NO_HINTS)
     out: dict[str, Any] = {}
     for fd, value in msg.ListFields():
@@ -246,7 +245,7 @@ def to_json(msg: Any) -> Any:
                 v = [_item(fd, x) for x in value]
             if not v:
                 continue
-        elif fd.type == FD.TYPE_MESSAGE:
+        elif fd.type == _TYPE_MESSAGE:
             v = to_json(value)
             if v is _OMIT:
                 continue
@@ -272,9 +271,7 @@ def _item(fd: Any, value: Any) -> Any:
 
 
 def _scalar(fd: Any, value: Any) -> Any:
-    from google.protobuf.descriptor import FieldDescriptor as FD
-
-    if fd.type == FD.TYPE_BYTES:
+    if fd.type == _TYPE_BYTES:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)  # Go's encoding/json writes 5, not 5.0
@@ -286,7 +283,7 @@ _INTSTR = "k8s.io.apimachinery.pkg.util.intstr.IntOrString"
 
 
 def _time(msg: Any, micro: bool) -> Any:
-    if not msg.HasField("seconds"):
+    if not msg.HasField("seconds") and not msg.HasField("nanos"):
         return _OMIT  # an empty message: Go's zero time, which JSON writes as null
     secs = msg.seconds
     if secs == _GO_ZERO_TIME and not msg.nanos:
