@@ -15,11 +15,23 @@ client = pytest.importorskip("kubernetes").client
 
 
 def _node(name: str) -> dict:
+    # tainted: the kube-scheduler stand-in places no pod of the other tests sharing this sandbox here (the
+    # pods below name their node and need no scheduling)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                                   "kubernetes.io/arch": "amd64"}},
+            "spec": {"taints": [{"key": "karpy.dev/test-addresses", "effect": "NoSchedule"}]},
             "status": {"capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
                        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}}
+
+
+@pytest.fixture
+def v1(bare):
+    api = client.CoreV1Api(bare.client())
+    yield api
+    for n in api.list_node().items:
+        if n.metadata.name.startswith("addr-"):
+            api.delete_node(n.metadata.name)
 
 
 def _pod(name: str, node: str, host_network: bool = False) -> dict:
@@ -29,8 +41,7 @@ def _pod(name: str, node: str, host_network: bool = False) -> dict:
     return {"metadata": {"name": name}, "spec": spec}
 
 
-def test_running_pods_have_unique_ips_and_nodes_have_addresses(bare):
-    v1 = client.CoreV1Api(bare.client())
+def test_running_pods_have_unique_ips_and_nodes_have_addresses(bare, v1):
     v1.create_namespace({"metadata": {"name": "addressed"}})
     for n in ("addr-a", "addr-b"):
         v1.create_node(_node(n))
@@ -74,8 +85,7 @@ def test_running_pods_have_unique_ips_and_nodes_have_addresses(bare):
         assert str(internal["addr-b"]) in nodes
 
 
-def test_an_address_is_free_again_once_its_pod_is_gone(bare):
-    v1 = client.CoreV1Api(bare.client())
+def test_an_address_is_free_again_once_its_pod_is_gone(bare, v1):
     v1.create_namespace({"metadata": {"name": "readdressed"}})
     v1.create_node(_node("addr-c"))
     v1.create_namespaced_pod("readdressed", _pod("first", "addr-c"))
