@@ -33,6 +33,29 @@ def _taint_key(t: dict) -> tuple:
     return (t.get("key"), t.get("value") or "", t.get("effect"))
 
 
+def startup_taints(mgr: Manager, node: dict) -> set[tuple]:
+    """The startup taints of the NodeClaim that owns the node, as (key, value, effect)."""
+    for r in node["metadata"].get("ownerReferences") or ():
+        if r.get("kind") == "NodeClaim":
+            claim = mgr.get("NodeClaim", r.get("name", ""))
+            if claim is not None:
+                return {_taint_key(t) for t in (claim.get("spec") or {}).get("startupTaints") or ()}
+    return set()
+
+
+def without_startup_taints(mgr: Manager, node: dict) -> list[dict] | None:
+    """The node's taints once its agents removed theirs, or None when there is nothing to remove (not yet
+    registered by Karpenter, no startup taints, or gone already)."""
+    if (node["metadata"].get("labels") or {}).get(REGISTERED) != "true":
+        return None
+    startup = startup_taints(mgr, node)
+    if not startup:
+        return None
+    current = (node.get("spec") or {}).get("taints") or []
+    kept = [t for t in current if _taint_key(t) not in startup]
+    return kept if len(kept) != len(current) else None
+
+
 class NodeAgents:
     name = "world.node-agents"
 
@@ -53,35 +76,20 @@ class NodeAgents:
         if node and etype != DELETED:
             self.mgr.enqueue(self, node)
 
-    def startup_taints(self, node: dict) -> set[tuple]:
-        """The startup taints of the NodeClaim that owns the node."""
-        for r in node["metadata"].get("ownerReferences") or ():
-            if r.get("kind") == "NodeClaim":
-                claim = self.mgr.get("NodeClaim", r.get("name", ""))
-                if claim is not None:
-                    return {_taint_key(t) for t in (claim.get("spec") or {}).get("startupTaints") or ()}
-        return set()
-
     def reconcile(self, name: str) -> float | None:
         node = self.mgr.get("Node", name)
         if node is None or deleting(node) or not is_true(node, "Ready"):
             return None
-        if (node["metadata"].get("labels") or {}).get(REGISTERED) != "true":
-            return None
-        startup = self.startup_taints(node)
-        if not startup:
-            return None
-        current = (node.get("spec") or {}).get("taints") or []
-        kept = [t for t in current if _taint_key(t) not in startup]
-        if len(kept) == len(current):
+        kept = without_startup_taints(self.mgr, node)
+        if kept is None:
             return None
         # the resourceVersion makes the patch conditional: a taint added meanwhile (by the node lifecycle
-        # controller, by Karpenter) is never dropped by a stale list; a conflict is retried with the new node
+        # controller, by Karpenter) is never dropped by a stale list; the manager retries a conflict
         patch: dict = {"spec": {"taints": kept}}
         rv = node["metadata"].get("resourceVersion")
         if rv:
             patch["metadata"] = {"resourceVersion": rv}
-        self.api.patch("Node", name, patch)  # the manager retries a conflict and drops a node that is gone
+        self.api.patch("Node", name, patch)
         return None
 
 

@@ -38,6 +38,7 @@ from ..kube.times import fmt_time
 from ..runtime.events import pod_annotations, ref
 from ..runtime.manager import Manager, deleting, is_true
 from ..state import pods as P
+from .agents import without_startup_taints
 
 RUN_FOR = "karpy.dev/run-for"
 READY_CONDITIONS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
@@ -198,15 +199,9 @@ class Kubelets:
                 self.recorder.publish(ref(node), "NodeReady", f"Node {name} status is now: NodeReady",
                                       component="kubelet")
             node = self.mgr.get("Node", name) or node
-        labels = node["metadata"].get("labels") or {}
-        if labels.get("karpenter.sh/registered") != "true":
-            return
-        startup = self._startup_taints(node)
-        if startup:
-            taints = [t for t in (node.get("spec") or {}).get("taints") or ()
-                      if (t.get("key"), t.get("value") or "", t.get("effect")) not in startup]
-            if len(taints) != len((node.get("spec") or {}).get("taints") or ()):
-                self.api.patch("Node", name, {"spec": {"taints": taints}})
+        taints = without_startup_taints(self.mgr, node)  # the node's agents (a CNI's, a device plugin's)
+        if taints is not None:
+            self.api.patch("Node", name, {"spec": {"taints": taints}})
 
     def _lost(self, node: dict) -> None:
         """The node's instance is gone and its kubelet with it: Ready turns False."""
@@ -222,16 +217,6 @@ class Kubelets:
             self.api.patch("Node", node["metadata"]["name"], {"status": st}, subresource="status")
         except E.NotFound:
             pass
-
-    def _startup_taints(self, node: dict) -> set[tuple]:
-        """The startup taints of the NodeClaim that owns the node (the agents that own them remove them)."""
-        for r in node["metadata"].get("ownerReferences") or ():
-            if r.get("kind") == "NodeClaim":
-                claim = self.mgr.get("NodeClaim", r.get("name", ""))
-                if claim is not None:
-                    return {(t.get("key"), t.get("value") or "", t.get("effect"))
-                            for t in (claim.get("spec") or {}).get("startupTaints") or ()}
-        return set()
 
     # --- pods ---------------------------------------------------------------------------------
     def _on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
