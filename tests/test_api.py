@@ -542,27 +542,27 @@ INVALID_NODEPOOLS = [
     ),
     (
         nodepool("requirements: [{key: kubernetes.io/arch, operator: In}]\n"),
-        "spec.template.spec.requirements[0]",
+        "spec.template.spec.requirements",
         "requirements with operator 'In' must have a value defined",
     ),
     (
         nodepool("requirements: [{key: karpenter.kwok.sh/instance-cpu, operator: Gt, values: ['1', '2']}]\n"),
-        "spec.template.spec.requirements[0]",
+        "spec.template.spec.requirements",
         "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
     ),
     (
         nodepool("requirements: [{key: karpenter.kwok.sh/instance-cpu, operator: Lte, values: ['-1']}]\n"),
-        "spec.template.spec.requirements[0]",
+        "spec.template.spec.requirements",
         "must have a single positive integer value",
     ),
     (
         nodepool("requirements: [{key: karpenter.kwok.sh/instance-cpu, operator: Lt, values: [four]}]\n"),
-        "spec.template.spec.requirements[0]",
+        "spec.template.spec.requirements",
         "must have a single positive integer value",
     ),
     (
         nodepool("requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64], minValues: 2}]\n"),
-        "spec.template.spec.requirements[0]",
+        "spec.template.spec.requirements",
         "requirements with 'minValues' must have at least that many values specified in the 'values' field",
     ),
     (
@@ -620,7 +620,7 @@ INVALID_NODEPOOLS = [
     ),
     (
         nodepool(labels="karpenter.sh/nodepool: x\n"),
-        "spec.template.metadata.labels[karpenter.sh/nodepool]",
+        "spec.template.metadata.labels",
         'label "karpenter.sh/nodepool" is restricted',
     ),
     (
@@ -645,12 +645,12 @@ INVALID_NODEPOOLS = [
     ),
     (
         nodepool(spec="disruption: {budgets: [{nodes: '1', schedule: '@daily'}]}\n"),
-        "spec.disruption.budgets[0]",
+        "spec.disruption.budgets",
         "'schedule' must be set with 'duration'",
     ),
     (
         nodepool(spec="disruption: {budgets: [{nodes: '1', duration: 1h}]}\n"),
-        "spec.disruption.budgets[0]",
+        "spec.disruption.budgets",
         "'schedule' must be set with 'duration'",
     ),
     (

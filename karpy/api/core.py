@@ -25,6 +25,8 @@ and Node ``status.allocatable`` from ``status.capacity``.
 
 from __future__ import annotations
 
+import json
+
 import uuid
 from fractions import Fraction
 from typing import Any
@@ -838,7 +840,13 @@ def _check_selector(spec: dict, path: str, ctx: Ctx, what: str) -> None:
         return
     labels = get(spec, "template", "metadata", "labels", default={})
     if not selector_matches(sel, labels):
-        ctx.err(f"{path}.template.metadata.labels", invalid(labels, "`selector` does not match template `labels`"))
+        # the API server checks this before the template's own fields, and shows the labels as a Go map
+        shown = "map[string]string{" + ", ".join(f"{json.dumps(str(k))}:{json.dumps(str(v))}" for k, v in
+                                                 sorted(labels.items())) + "}" if isinstance(labels, dict) else labels
+        err = (f"{path}.template.metadata.labels", f"Invalid value: {shown}: `selector` does not match template `labels`")
+        tp = f"{path}.template."
+        at = next((i for i, (f, _) in enumerate(ctx.errors) if f.startswith(tp)), len(ctx.errors))
+        ctx.errors.insert(at, err)
 
 
 def validate_int_or_percent(v: Any, path: str, ctx: Ctx, *, max_100: bool = False) -> None:

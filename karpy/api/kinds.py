@@ -183,5 +183,5 @@ def validate_manifest(raw: Any, *, prefix: str = "", seed: str = "", nested: boo
     if info.prepare is not None:
         ctx.run(info.prepare, raw, ctx)
     walk(raw, info.schema, "", ctx)
-    errors.extend((_prefixed(prefix, f), m) for f, m in ctx.errors)
+    errors.extend((_prefixed(prefix, f), m) for f, m in ctx.cel_outcome(info.schema))
     return Validated(raw, errors, kind, api_version, name, namespace)

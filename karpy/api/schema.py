@@ -121,6 +121,36 @@ def fmt_value(v: Any, limit: int = 160) -> str:
     return s
 
 
+# schema errors after which kube-apiserver does not evaluate a custom resource's CEL rules
+_BLOCKING = ("Required value", "Unsupported value", "Too long", "Too many")
+NOT_CHECKED = ('Invalid value: "null": some validation rules were not checked because the object was invalid; '
+               "correct the existing errors to complete validation")
+_SCHEMA_TYPES = {"object": "object", "array": "array", "string": "string", "integer": "integer", "number": "number",
+                 "boolean": "boolean"}
+
+
+def has_cel(root: "Node") -> bool:
+    """Whether a schema holds any rule (a CRD with ``x-kubernetes-validations`` anywhere)."""
+    cached = _HAS_CEL.get(id(root))
+    if cached is not None:
+        return cached
+    seen: set[int] = set()
+
+    def visit(n: "Node | None") -> bool:
+        if n is None or id(n) in seen:
+            return False
+        seen.add(id(n))
+        if n.rules or n.item_rules:
+            return True
+        return any(visit(c) for c in (n.props or {}).values()) or visit(n.additional) or visit(n.item)
+
+    _HAS_CEL[id(root)] = out = visit(root)
+    return out
+
+
+_HAS_CEL: dict[int, bool] = {}
+
+
 def cel_value(v: Any) -> str:
     """What a failed CEL rule shows: the value of a scalar, the type of a list or map."""
     if isinstance(v, dict):
@@ -165,15 +195,32 @@ def not_found(value: Any) -> str:
 class Ctx:
     """Collects (field, message) errors during one document's validation."""
 
-    __slots__ = ("errors", "crd", "data")
+    __slots__ = ("errors", "crd", "data", "cel_errors", "blocking")
 
     def __init__(self, crd: bool = False, data: dict | None = None):
         self.errors: list[tuple[str, str]] = []
         self.crd = crd
         self.data = data or {}
+        self.cel_errors: list[tuple[str, str]] = []  # a custom resource's failed CEL rules (see cel_outcome)
+        self.blocking = False  # a custom resource broke its schema in a way that keeps CEL rules from running
 
     def err(self, path: str, message: str) -> None:
         self.errors.append((path, message))
+        if self.crd and message.startswith(_BLOCKING):
+            self.blocking = True
+
+    def cel_err(self, path: str, message: str) -> None:
+        (self.cel_errors if self.crd else self.errors).append((path, message))
+
+    def cel_outcome(self, root: "Node") -> list[tuple[str, str]]:
+        """The errors of a custom resource once its CEL rules have had their say, as kube-apiserver decides:
+        the rules run after the schema's checks, and not at all when the schema found a value missing, of the
+        wrong type, out of its enum, too long or too many (then one error says some rules were not checked)."""
+        if not self.crd:
+            return self.errors
+        if self.blocking:
+            return self.errors + ([("<nil>", NOT_CHECKED)] if has_cel(root) else [])
+        return self.errors + self.cel_errors
 
     def run(self, fn: Callable, *args: Any) -> Any:
         """Call a check defensively: odd input must never become a traceback."""
@@ -484,6 +531,7 @@ def _type_error(v: Any, n: Node, path: str, ctx: Ctx) -> None:
     got = json_type(v)
     if ctx.crd:
         ctx.err(path, f'Invalid value: "{got}": {path} in body must be of type {want}: "{got}"')
+        ctx.blocking = True
     else:
         ctx.err(path, f"Invalid value: {fmt_value(v)}: must be of type {want}, got {got}")
 
@@ -519,9 +567,17 @@ def walk(v: Any, n: Node, path: str, ctx: Ctx) -> Any:
         ctx.err(path, not_supported(v, n.enum))
     for rule, message in n.rules:
         if not _rule_ok(rule, v):
-            ctx.err(path, f"Invalid value: {cel_value(v)}: {message}")
-    if n.item_rules:
-        # a CEL rule of the form self.all(x, P(x)), reported at the item (or map key) that fails it
+            # a custom resource's failed rule shows the type of its schema, as kube-apiserver's CEL validator
+            ctx.cel_err(path, f'Invalid value: "{_SCHEMA_TYPES.get(t, "")}": {message}' if ctx.crd
+                        else f"Invalid value: {cel_value(v)}: {message}")
+    if n.item_rules and ctx.crd and isinstance(v, (list, dict)):
+        # a CEL rule self.all(x, P(x)) fails once, on the list or map that holds the failing items
+        for rule, message in n.item_rules:
+            items = v if isinstance(v, list) else list(v)
+            if not all(_rule_ok(rule, x) for x in items):
+                ctx.cel_err(path, f'Invalid value: "{"array" if isinstance(v, list) else "object"}": {message}')
+    elif n.item_rules:
+        # a rule of every item, reported at the item (or map key) that fails it
         if isinstance(v, list):
             for i, x in enumerate(v):
                 for rule, message in n.item_rules:

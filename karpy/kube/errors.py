@@ -12,8 +12,9 @@ class ApiError(Exception):
     reason = "InternalError"
 
     def __init__(self, message: str, *, kind: str = "", name: str = "", group: str = "",
-                 causes: list[dict] | None = None, retry_after: int | None = None):
+                 causes: list[dict] | None = None, retry_after: int | None = None, empty_details: bool = False):
         super().__init__(message)
+        self.empty_details = empty_details  # kube-apiserver sends ``"details": {}`` with some errors
         self.message = message
         self.kind = kind
         self.name = name
@@ -36,10 +37,11 @@ class ApiError(Exception):
             details["retryAfterSeconds"] = self.retry_after
         body: dict[str, Any] = {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
+            "message": self.message, "reason": self.reason,
         }
-        if details:
+        if details or self.empty_details:
             body["details"] = details
+        body["code"] = self.code  # after the details, in kube-apiserver's order
         return body
 
     def __repr__(self) -> str:

@@ -164,7 +164,7 @@ class MemoryAPI:
         with self._lock:
             obj = self._objects.get(kind, {}).get((ns, name))
         if obj is None:
-            raise E.NotFound(f'{_resource_name(kind)} "{name}" not found', kind=_resource_name(kind), name=name,
+            raise E.NotFound(f'{_resource_name(kind)} "{name}" not found', kind=_plural(kind), name=name,
                              group=_group(kind))
         return obj
 
@@ -182,6 +182,24 @@ class MemoryAPI:
             else:
                 items = [o for (ns, _), o in objs.items() if (not namespace or ns == namespace) and _matches(o, None, lp, fp)]
             return items, str(self._rv)
+
+    def snapshot(self, kind: str, resource_version: int) -> list[dict]:
+        """The objects of a kind as they were at ``resource_version``, from the current ones and the watch
+        history; Gone when the history kept does not reach back that far."""
+        with self._lock:
+            if not self.keep_history or resource_version < self._history_floor.get(kind, 0):
+                raise E.Gone(f"too old resource version: {resource_version}")
+            objs = dict(self._objects.get(kind, {}))
+            for rv, etype, obj, old in reversed(self._history.get(kind, ())):
+                if rv <= resource_version:
+                    break
+                m = _meta(obj)
+                key = ((m.get("namespace") or "default") if is_namespaced(kind) else "", m.get("name"))
+                if etype == ADDED or old is None:
+                    objs.pop(key, None)
+                else:
+                    objs[key] = old
+            return list(objs.values())
 
     def all(self, kind: str) -> Iterable[dict]:
         """Every object of a kind (no copy of the container; for in-process readers)."""
@@ -270,7 +288,7 @@ class MemoryAPI:
                         break
             store = self._objects.setdefault(kind, {})
             if (ns, name) in store:
-                raise E.AlreadyExists(f'{_resource_name(kind)} "{name}" already exists', kind=_resource_name(kind),
+                raise E.AlreadyExists(f'{_resource_name(kind)} "{name}" already exists', kind=_plural(kind),
                                       name=name, group=_group(kind))
             self.names.reserve(name)
             meta["name"] = name
@@ -304,7 +322,7 @@ class MemoryAPI:
                 raise E.Conflict(
                     f'Operation cannot be fulfilled on {_resource_name(kind)} "{meta.get("name")}": the object has been '
                     "modified; please apply your changes to the latest version and try again",
-                    kind=_resource_name(kind), name=meta.get("name", ""), group=_group(kind))
+                    kind=_plural(kind), name=meta.get("name", ""), group=_group(kind))
             return self._replace(kind, old, obj, subresource)
 
     def patch(self, kind: str, name: str, patch: Any, namespace: str = "", patch_type: str = MERGE_PATCH,
@@ -328,7 +346,7 @@ class MemoryAPI:
                 raise E.Conflict(
                     f'Operation cannot be fulfilled on {_resource_name(kind)} "{name}": the object has been modified; '
                     "please apply your changes to the latest version and try again",
-                    kind=_resource_name(kind), name=name, group=_group(kind))
+                    kind=_plural(kind), name=name, group=_group(kind))
             return self._replace(kind, old, new, subresource)
 
     def _replace(self, kind: str, old: dict, new: dict, subresource: str | None) -> dict:
@@ -399,9 +417,9 @@ class MemoryAPI:
             if preconditions:
                 if preconditions.get("uid") and preconditions["uid"] != om.get("uid"):
                     raise E.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object "
-                                     f"meta: {om.get('uid')}", kind=_resource_name(kind), name=name)
+                                     f"meta: {om.get('uid')}", kind=_plural(kind), name=name)
                 if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != om.get("resourceVersion"):
-                    raise E.Conflict("Precondition failed: resourceVersion", kind=_resource_name(kind), name=name)
+                    raise E.Conflict("Precondition failed: resourceVersion", kind=_plural(kind), name=name)
             ns = om.get("namespace", "") if is_namespaced(kind) else ""
             if om.get("finalizers"):
                 if om.get("deletionTimestamp"):
@@ -660,3 +678,9 @@ def _group(kind: str) -> str:
 def deep_copy(obj: dict) -> dict:
     """A private copy of a stored object, for callers that want to edit and update it."""
     return copy.deepcopy(obj)
+
+
+def _plural(kind: str) -> str:
+    """The resource an error's ``details.kind`` names: the plural, without the group (kube-apiserver's)."""
+    t = BY_KIND.get(kind)
+    return t.plural if t is not None else kind.lower()

@@ -9,66 +9,216 @@ from .errors import BadRequest
 
 Predicate = Callable[[Mapping[str, str]], bool]
 
-_SET_EXPR = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(notin|in)\s*\(([^)]*)\))?\s*$")
-_CMP_EXPR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=|>|<)\s*([A-Za-z0-9_.-]*)\s*$")
+# --- label selectors, parsed as kube-apiserver parses them (with its error messages) ------------------------
+
+_SPECIAL = frozenset("=!(),><")
+_WHITESPACE = frozenset(" \t\r\n")
+_TOKENS = {")": "close", ",": "comma", "!": "not", "==": "eqeq", "=": "eq", ">": "gt", "in": "in", "<": "lt",
+           "!=": "neq", "notin": "notin", "(": "open"}
+_BINARY = "in, notin, =, ==, !=, gt, lt"
 
 
-def _split(s: str) -> list[str]:
-    """Split on commas outside parentheses."""
-    out, depth, cur = [], 0, []
-    for ch in s:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p for p in out if p.strip()]
+def _lex(s: str) -> list[tuple[str, str]]:
+    """(token, literal) pairs ending with ("end", ""); the words ``in`` and ``notin`` are tokens of their own."""
+    out: list[tuple[str, str]] = []
+    i, n = 0, len(s)
+    while True:
+        while i < n and s[i] in _WHITESPACE:
+            i += 1
+        if i >= n:
+            out.append(("end", ""))
+            return out
+        if s[i] in _SPECIAL:  # an operator: "==" and "!=" are the only two-character ones
+            lit = s[i:i + 2] if s[i:i + 2] in _TOKENS else s[i]
+            out.append((_TOKENS[lit], lit))
+            i += len(lit)
+            continue
+        j = i
+        while j < n and s[j] not in _SPECIAL and s[j] not in _WHITESPACE:
+            j += 1
+        word = s[i:j]
+        out.append((_TOKENS.get(word, "id") if word in ("in", "notin") else "id", word))
+        i = j
+
+
+class _SelectorError(Exception):
+    pass
+
+
+def _field_error(path: str, value: str, detail: str) -> str:
+    shown = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"{path}: Invalid value: {shown}: {detail}"
+
+
+def _aggregate(errors: list[str]) -> str:
+    seen: list[str] = []
+    for e in errors:
+        if e not in seen:
+            seen.append(e)
+    return seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"
+
+
+class _LabelParser:
+    def __init__(self, s: str):
+        self.items = _lex(s)
+        self.pos = 0
+
+    def look(self, values: bool = True) -> tuple[str, str]:
+        tok, lit = self.items[self.pos]
+        return ("id" if values and tok in ("in", "notin") else tok), lit
+
+    def take(self, values: bool = True) -> tuple[str, str]:
+        out = self.look(values)
+        self.pos += 1
+        return out
+
+    def parse(self) -> list[tuple[str, str, list[str]]]:
+        reqs = []
+        while True:
+            tok, lit = self.look()
+            if tok in ("id", "not"):
+                try:
+                    reqs.append(self.requirement())
+                except _SelectorError as e:
+                    raise BadRequest(f"unable to parse requirement: {e}") from None
+                t, l = self.take()
+                if t == "end":
+                    return reqs
+                if t == "comma":
+                    t2, l2 = self.look()
+                    if t2 not in ("id", "not"):
+                        raise BadRequest(f"found '{l2}', expected: identifier after ','")
+                    continue
+                raise BadRequest(f"found '{l}', expected: ',' or 'end of string'")
+            if tok == "end":
+                return reqs
+            raise BadRequest(f"found '{lit}', expected: !, identifier, or 'end of string'")
+
+    def requirement(self) -> tuple[str, str, list[str]]:
+        op = ""
+        tok, lit = self.take()
+        if tok == "not":
+            op = "!"
+            tok, lit = self.take()
+        if tok != "id":
+            raise _SelectorError(f"found '{lit}', expected: identifier")
+        key = lit
+        from ..api.names import is_qualified_name
+
+        bad = is_qualified_name(key)
+        if bad:
+            raise _SelectorError(_field_error("<nil>", key, "; ".join(bad)))
+        if self.look()[0] in ("end", "comma") and op != "!":
+            op = "exists"
+        if op in ("!", "exists"):
+            return self.checked(key, op, [])
+        tok, lit = self.take(values=False)
+        op = {"in": "in", "notin": "notin", "eq": "=", "eqeq": "==", "neq": "!=", "gt": ">", "lt": "<"}.get(tok, "")
+        if not op:
+            raise _SelectorError(f"found '{lit}', expected: {_BINARY}")
+        return self.checked(key, op, self.set_values() if op in ("in", "notin") else self.exact_value())
+
+    def set_values(self) -> list[str]:
+        tok, lit = self.take()
+        if tok != "open":
+            raise _SelectorError(f"found '{lit}' expected: '('")
+        tok, lit = self.look()
+        if tok == "close":
+            self.take()
+            return [""]
+        if tok not in ("id", "comma"):
+            raise _SelectorError(f"found '{lit}', expected: ',', ')' or identifier")
+        values: set[str] = set()
+        while True:
+            t, l = self.take()
+            if t == "id":
+                values.add(l)
+                t2, l2 = self.look()
+                if t2 == "comma":
+                    continue
+                if t2 == "close":
+                    break
+                raise _SelectorError(f"found '{l2}', expected: ',' or ')'")
+            if t == "comma":
+                if not values:
+                    values.add("")
+                t2, _ = self.look()
+                if t2 == "close":
+                    values.add("")
+                    break
+                if t2 == "comma":
+                    self.take()
+                    values.add("")
+                continue
+            raise _SelectorError(f"found '{l}', expected: ',', or identifier")
+        if self.take()[0] != "close":
+            raise _SelectorError(f"found '{lit}', expected: ')'")
+        return sorted(values)
+
+    def exact_value(self) -> list[str]:
+        tok, _ = self.look()
+        if tok in ("end", "comma"):
+            return [""]
+        tok, lit = self.take()
+        if tok == "id":
+            return [lit]
+        raise _SelectorError(f"found '{lit}', expected: identifier")
+
+    @staticmethod
+    def checked(key: str, op: str, values: list[str]) -> tuple[str, str, list[str]]:
+        from ..api.names import is_valid_label_value
+
+        errs = []
+        if op in (">", "<"):
+            for i, v in enumerate(values):
+                if _int(v) is None:
+                    errs.append(_field_error(f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer"))
+        for i, v in enumerate(values):
+            bad = is_valid_label_value(v)
+            if bad:
+                errs.append(_field_error(f"values[{i}][{key}]", v, "; ".join(bad)))
+        if errs:
+            raise _SelectorError(_aggregate(errs))
+        return key, op, values
+
+
+def label_requirements(s: str | None) -> list[tuple[str, str, list[str]]]:
+    """(key, operator, values) of each requirement of a label selector; operator one of ``=``, ``==``,
+    ``!=``, ``in``, ``notin``, ``exists``, ``!``, ``>``, ``<``. BadRequest with kube-apiserver's message for
+    what it would refuse."""
+    if not s:
+        return []
+    return _LabelParser(s).parse()
+
+
+def _requirement_test(key: str, op: str, values: list[str]) -> Predicate:
+    if op in ("=", "=="):
+        v = values[0]
+        return lambda l: key in l and l[key] == v
+    if op == "!=":
+        v = values[0]
+        return lambda l: l.get(key) != v
+    if op == "in":
+        vs = frozenset(values)
+        return lambda l: key in l and l[key] in vs
+    if op == "notin":
+        vs = frozenset(values)
+        return lambda l: l.get(key) not in vs
+    if op == "exists":
+        return lambda l: key in l
+    if op == "!":
+        return lambda l: key not in l
+    n = int(values[0])
+    if op == ">":
+        return lambda l: _int(l.get(key)) is not None and _int(l.get(key)) > n
+    return lambda l: _int(l.get(key)) is not None and _int(l.get(key)) < n
 
 
 def parse_label_selector(s: str | None) -> Predicate:
-    """A predicate over a label map; BadRequest for a malformed selector."""
+    """A predicate over a label map; BadRequest for a malformed selector (kube-apiserver's messages)."""
     if not s or not s.strip():
         return lambda labels: True
-    tests: list[Predicate] = []
-    for part in _split(s):
-        m = _CMP_EXPR.match(part)
-        if m:
-            key, op, value = m.groups()
-            if op in ("=", "=="):
-                tests.append(lambda l, k=key, v=value: l.get(k) == v)
-            elif op == "!=":
-                tests.append(lambda l, k=key, v=value: l.get(k) != v)
-            else:
-                try:
-                    n = int(value)
-                except ValueError:
-                    raise BadRequest(f"unable to parse requirement: for 'gt', 'lt' operators, the value must be an integer: {value}")
-                if op == ">":
-                    tests.append(lambda l, k=key, n=n: _int(l.get(k)) is not None and _int(l.get(k)) > n)
-                else:
-                    tests.append(lambda l, k=key, n=n: _int(l.get(k)) is not None and _int(l.get(k)) < n)
-            continue
-        m = _SET_EXPR.match(part)
-        if not m:
-            raise BadRequest(f"unable to parse requirement: found '{part.strip()}', expected: a valid label selector")
-        neg, key, op, values = m.groups()
-        if op:
-            if neg:
-                raise BadRequest(f"unable to parse requirement: found '!', expected: identifier")
-            vals = {v.strip() for v in values.split(",") if v.strip()}
-            if op == "in":
-                tests.append(lambda l, k=key, vs=vals: l.get(k) in vs)
-            else:
-                tests.append(lambda l, k=key, vs=vals: l.get(k) not in vs)
-        elif neg:
-            tests.append(lambda l, k=key: k not in l)
-        else:
-            tests.append(lambda l, k=key: k in l)
+    tests = [_requirement_test(k, op, vs) for k, op, vs in label_requirements(s)]
     return lambda labels: all(t(labels) for t in tests)
 
 

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ def _served() -> dict[tuple[str, str, str], Served]:
 SERVED = _served()
 
 
+@functools.lru_cache(maxsize=1)
 def group_versions() -> dict[str, list[str]]:
     """group -> versions (preferred first), in the order discovery lists them."""
     out: dict[str, list[str]] = {}
@@ -81,6 +83,14 @@ def group_versions() -> dict[str, list[str]]:
         if v not in vs:
             vs.append(v)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def custom_resource_groups() -> frozenset[str]:
+    """The groups whose kinds are custom resources (served from CRDs, not built in)."""
+    from ..kube.registry import CRD_KINDS
+
+    return frozenset(s.group for s in SERVED.values() if s.kind in CRD_KINDS)
 
 
 def _storage_hash(s: Served) -> str:

@@ -66,7 +66,13 @@ from . import tables as T
 from .crds import printer_columns
 
 DEFAULT_WATCH_TIMEOUT = 1800.0  # kube-apiserver's --min-request-timeout
-BOOKMARK_EVERY = 10.0  # wall seconds between bookmarks on a watch that asked for them
+BOOKMARK_EVERY = 60.0  # wall seconds between bookmarks on a watch that asked for them (and one 2 s before its end)
+TOO_LARGE_RV_WAIT = 3.0  # wall seconds a read waits for a resourceVersion the store has not reached
+_CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 SERVER_SET_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                    "deletionGracePeriodSeconds", "managedFields", "selfLink")
 KEEP_STATUS_ON_CREATE = frozenset({"Node"})  # every other kind with a status subresource starts without one
@@ -175,6 +181,9 @@ class RestAPI:
             return resp
         except E.ApiError as e:
             return error_response(e)
+        except _PageNotFound:
+            return Response(404, "404 page not found\n", "text/plain; charset=utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
         except _NotFoundPath:
             return Response(404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                   "message": "the server could not find the requested resource", "reason": "NotFound",
@@ -195,20 +204,20 @@ class RestAPI:
             return self._openapi(path, headers)
         segs = [s for s in path.split("/") if s]
         if not segs or segs[0] not in ("api", "apis"):
-            raise _NotFoundPath()
+            raise _PageNotFound()
         if segs[0] == "api":
             if len(segs) < 2:
                 raise _NotFoundPath()
             group, version, rest = "", segs[1], segs[2:]
         else:
+            g = D.api_group(segs[1])
+            if g is None:
+                raise _PageNotFound()  # no group of that name: not even a handler answers
             if len(segs) == 2:
-                g = D.api_group(segs[1])
-                if g is None:
-                    raise _NotFoundPath()
                 return Response(200, g)
-            if len(segs) < 3:
-                raise _NotFoundPath()
             group, version, rest = segs[1], segs[2], segs[3:]
+            if version not in D.group_versions().get(group, ()) and group in D.custom_resource_groups():
+                raise _PageNotFound()  # the custom resources' handler knows only the versions it serves
         if not rest:
             rl = D.resource_list(group, version)
             if rl is None:
@@ -307,7 +316,7 @@ class RestAPI:
         obj = dict(obj)
         obj.setdefault("kind", s.kind)
         if obj.get("kind") != s.kind:
-            raise E.BadRequest(f"the kind of the object ({obj.get('kind')}) does not match the resource ({s.kind})")
+            raise E.BadRequest(_kind_mismatch(s, obj))
         av = obj.get("apiVersion") or s.api_version
         if s.view != "events.k8s.io" and av not in (f"{s.group}/{v}" if s.group else v for v in s.type.served_versions()):
             raise E.BadRequest(f"the API version in the data ({av}) does not match the expected API version "
@@ -326,7 +335,7 @@ class RestAPI:
                 raise E.BadRequest(f"Name parameter invalid: {json.dumps(r.name)}: {';'.join(bad)}")
         if r.sub == "bindings":
             if method != "POST":
-                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+                raise _method_not_allowed()
             b = _parse_body(body, headers, expect=("v1", "Binding"))
             name = _meta(b if isinstance(b, dict) else {}).get("name")
             if not name:
@@ -341,10 +350,10 @@ class RestAPI:
                 return self._create(r, query, headers, body)
             if method == "DELETE":
                 return self._delete_collection(r, query, headers, body)
-            raise E.MethodNotAllowed(f"the server does not allow this method on the requested resource")
+            raise _method_not_allowed()
         if r.watch_prefix:
             if method != "GET":
-                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+                raise _method_not_allowed()
             query = dict(query, fieldSelector=_and_selector(query.get("fieldSelector"),
                                                             f"metadata.name={escape_field_value(r.name)}"))
             return self._watch(Route(s, r.namespace, None, None, True), query, headers)
@@ -352,7 +361,7 @@ class RestAPI:
             return self._scale(method, r, query, headers, body)
         if r.sub in ("eviction", "binding"):
             if method != "POST":
-                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+                raise _method_not_allowed()
             if r.sub == "eviction":
                 return self._evict(r, _parse_body(body, headers, expect=("policy/v1", "Eviction")) if body else {})
             return self._bind(r, _parse_body(body, headers, expect=("v1", "Binding")))
@@ -366,9 +375,9 @@ class RestAPI:
             return self._patch(r, query, headers, body)
         if method == "DELETE":
             if r.sub:
-                raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+                raise _method_not_allowed()
             return self._delete(r, query, headers, body)
-        raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+        raise _method_not_allowed()
 
     def _ns(self, r: Route) -> str:
         return (r.namespace or "default") if r.served.namespaced else ""
@@ -393,35 +402,105 @@ class RestAPI:
     def _list(self, r: Route, query: dict, headers: Any) -> Response:
         s = r.served
         ns = r.namespace if s.namespaced else None
+        opts = _list_options(query, watch=False)
         fs = self._field_selector(s, query.get("fieldSelector"))
+        ls = query.get("labelSelector") or None
+        rv, match, limit, cont = opts["rv"], opts["match"], opts["limit"], opts["continue"]
+        paged = limit > 0 and rv != "0"
+        start = ""
         with self.lock:
-            items, rv = self.api.list(s.kind, ns or None, query.get("labelSelector") or None, fs)
-        items = sorted(items, key=lambda o: (_meta(o).get("namespace") or "", _meta(o).get("name") or ""))
+            if cont is not None:
+                at, start = cont
+                items = self._snapshot(s.kind, at, ns, ls, fs, too_old=_CONTINUE_TOO_OLD)
+                list_rv = str(at)
+            elif rv in ("", "0") or (match != "Exact" and not (paged and match == "")):
+                if rv not in ("", "0") and int(rv) > int(self.api.resource_version):
+                    items, list_rv = self._list_not_older_than(s.kind, int(rv), ns, ls, fs)
+                else:
+                    items, list_rv = self.api.list(s.kind, ns or None, ls, fs)
+            else:  # an exact resourceVersion (or a page of a list at one, as etcd serves it)
+                at = int(rv)
+                if at > int(self.api.resource_version):
+                    raise E.ApiError("etcdserver: mvcc: required revision is a future revision")
+                items = self._snapshot(s.kind, at, ns, ls, fs, too_old="The resourceVersion for the provided list is too old.")
+                list_rv = str(at)
+        items = sorted(items, key=_list_key)
+        meta: dict[str, Any] = {"resourceVersion": list_rv}
+        if paged:
+            if start:
+                items = [o for o in items if _list_key(o) > start]
+            if len(items) > limit:
+                rest = len(items) - limit
+                items = items[:limit]
+                meta["continue"] = _continue_token(int(list_rv), _list_key(items[-1]))
+                if ls is None and fs is None:
+                    meta["remainingItemCount"] = rest
         fmt = _accept(headers)
         if fmt == "Table":
             cols, row = self._table_for(s)
-            return Response(200, T.table([self._out(s, o) for o in items], cols, row, self.clock.now(), rv,
-                                         query.get("includeObject") or "Metadata"))
+            out = T.table([self._out(s, o) for o in items], cols, row, self.clock.now(), list_rv,
+                          query.get("includeObject") or "Metadata")
+            out["metadata"] = meta
+            return Response(200, out)
         if fmt == "PartialObjectMetadata":
             return Response(200, {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": {"resourceVersion": rv}, "items": [T.partial_metadata(o) for o in items]})
-        return Response(200, {"kind": f"{s.kind}List", "apiVersion": s.api_version, "metadata": {"resourceVersion": rv},
-                              "items": [self._out(s, o) for o in items]})
+                                  "metadata": meta, "items": [T.partial_metadata(o) for o in items]})
+        return Response(200, {"kind": f"{s.kind}List", "apiVersion": s.api_version, "metadata": meta,
+                              "items": [self._list_item(s, o) for o in items]})
+
+    def _list_item(self, s: D.Served, obj: dict) -> dict:
+        """An item of a list: built-in kinds come without their apiVersion and kind (the list says them),
+        custom resources with them, as kube-apiserver serves each."""
+        out = self._out(s, obj)
+        if _expect(s) is not None and ("apiVersion" in out or "kind" in out):
+            out = {k: v for k, v in out.items() if k not in ("apiVersion", "kind")}
+        return out
+
+    def _snapshot(self, kind: str, at: int, ns: str | None, ls: str | None, fs: str | None, too_old: str) -> list[dict]:
+        from ..kube.memory import _matches
+        from ..kube.selectors import parse_field_selector, parse_label_selector
+
+        try:
+            objs = self.api.snapshot(kind, at)
+        except E.Gone:
+            raise E.Gone(too_old) from None
+        lp = parse_label_selector(ls) if ls else None
+        fp = parse_field_selector(fs) if fs else None
+        return [o for o in objs if _matches(o, ns, lp, fp)]
+
+    def _list_not_older_than(self, kind: str, at: int, ns: str | None, ls: str | None,
+                             fs: str | None) -> tuple[list[dict], str]:
+        """A list at a resourceVersion the store has not reached: kube-apiserver's watch cache waits up to
+        3 seconds for it, then answers 504 (the lock is held by the caller and let go while waiting)."""
+        deadline = time.monotonic() + TOO_LARGE_RV_WAIT
+        while int(self.api.resource_version) < at:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _too_large(at, self.api.resource_version)
+            self.lock.release()
+            try:
+                time.sleep(min(0.05, left))
+            finally:
+                self.lock.acquire()
+        return self.api.list(kind, ns or None, ls, fs)
 
     # --- watch ----------------------------------------------------------------------------------------
     def _watch(self, r: Route, query: dict, headers: Any) -> Response:
         s = r.served
         ns = r.namespace if s.namespaced else None
-        rv = query.get("resourceVersion") or ""
+        opts = _list_options(query, watch=True)
+        rv = opts["rv"]
         fmt = _accept(headers)
-        try:
-            timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
-        except ValueError:
-            raise E.BadRequest(f"invalid timeoutSeconds {query.get('timeoutSeconds')!r}")
+        timeout = opts["timeout"] if opts["timeout"] is not None else DEFAULT_WATCH_TIMEOUT
         bookmarks = _truthy(query.get("allowWatchBookmarks"))
-        initial_end = _truthy(query.get("sendInitialEvents"))
         fs = self._field_selector(s, query.get("fieldSelector"))
         ls = query.get("labelSelector") or None
+        if rv not in ("", "0"):
+            try:
+                int(rv)
+            except ValueError:  # kube-apiserver fails this one late, as an internal error without a reason
+                return Response(500, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                      "message": _bad_rv_message(rv), "code": 500})
         with self.lock:
             try:
                 w = self.api.watch(s.kind, rv if rv not in ("",) else "0", ns or None, ls, fs)
@@ -429,11 +508,11 @@ class RestAPI:
                 status = e.status()
                 return Response(200, stream=iter([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"]),
                                 content_type="application/json")
-            initial = len(w.queue) if (initial_end or not rv or rv == "0") else 0
             start_rv = self.api.resource_version
         with self._watches_lock:
             self._watches.add(w)
         table = self._table_for(s) if fmt == "Table" else None
+        crd = _expect(s) is None
 
         def encode(etype: str, obj: dict) -> bytes:
             if table is not None:
@@ -445,37 +524,36 @@ class RestAPI:
                 o = self._out(s, obj)
             return orjson.dumps({"type": etype, "object": o}) + b"\n"
 
-        def bookmark(rv_: str, end: bool = False) -> bytes:
-            meta: dict[str, Any] = {"resourceVersion": rv_}
-            if end:
-                meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-            return orjson.dumps({"type": "BOOKMARK", "object": {"kind": s.kind, "apiVersion": s.api_version,
-                                                                "metadata": meta}}) + b"\n"
+        def bookmark(rv_: str) -> bytes:
+            # an object of the kind holding only its resourceVersion (a built-in kind's empty creationTimestamp
+            # is written out as null, as Go's encoder writes the zero time)
+            meta: dict[str, Any] = {"resourceVersion": rv_} if crd else {"resourceVersion": rv_, "creationTimestamp": None}
+            obj = {"apiVersion": s.api_version, "kind": s.kind, "metadata": meta} if crd else \
+                {"kind": s.kind, "apiVersion": s.api_version, "metadata": meta}
+            return orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
 
         def stream() -> Iterator[bytes]:
-            deadline = time.monotonic() + max(0.0, timeout)
-            last_mark = time.monotonic()
+            now = time.monotonic()
+            deadline = now + max(0.0, timeout)
+            next_mark = _next_bookmark(now, deadline)
             last_rv = start_rv
-            sent = 0
             try:
-                if initial_end and initial == 0:
-                    yield bookmark(start_rv, end=True)
                 while not self.stopping.is_set():
-                    left = deadline - time.monotonic()
+                    now = time.monotonic()
+                    left = deadline - now
                     if left <= 0:
                         return
-                    ev = w.next(timeout=min(1.0, left))
+                    if bookmarks and next_mark is not None and now >= next_mark:
+                        next_mark = _next_bookmark(now + 1.0, deadline)
+                        yield bookmark(max(last_rv, self.api.resource_version, key=lambda x: int(x or 0)))
+                        continue
+                    wait = min(1.0, left, max(0.0, next_mark - now) if bookmarks and next_mark is not None else 1.0)
+                    ev = w.next(timeout=wait)
                     if w.stopped and ev is None:
                         return
                     if ev is not None:
-                        sent += 1
                         last_rv = _meta(ev.object).get("resourceVersion") or last_rv
                         yield encode(ev.type, ev.object)
-                        if initial_end and sent == initial:
-                            yield bookmark(start_rv, end=True)
-                    elif bookmarks and time.monotonic() - last_mark >= BOOKMARK_EVERY:
-                        last_mark = time.monotonic()
-                        yield bookmark(max(last_rv, self.api.resource_version, key=lambda x: int(x or 0)))
             finally:
                 w.stop()
                 with self._watches_lock:
@@ -593,7 +671,7 @@ class RestAPI:
         obj = self._in(s, _parse_body(body, headers, expect=_expect(s)))
         meta = obj["metadata"]
         if meta.get("name") and meta["name"] != r.name:
-            raise E.BadRequest("the name of the object does not match the name on the URL")
+            raise E.BadRequest(f"the name of the object ({meta['name']}) does not match the name on the URL ({r.name})")
         meta["name"] = r.name
         if s.namespaced:
             if meta.get("namespace") and meta["namespace"] != self._ns(r):
@@ -625,9 +703,10 @@ class RestAPI:
     def _patch(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
         ctype = _content_type(headers)
-        if ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
+        if ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH) or \
+                (ctype == STRATEGIC_MERGE_PATCH and _expect(s) is None):  # custom resources take no strategic merge
             raise _patch_type_unsupported(s)
-        patch = _parse_body(body, headers, yaml_ok=ctype == APPLY_PATCH)
+        patch = _parse_patch(body, headers, ctype)
         dry = _dry_run(query)
         with self.lock:
             cur = self.api.try_get(s.kind, r.name, self._ns(r))
@@ -638,7 +717,7 @@ class RestAPI:
                 self.api.get(s.kind, r.name, self._ns(r))  # raises the NotFound
             wire = self._out(s, cur)
             if ctype == JSON_PATCH:
-                new = json_patch(wire, patch)
+                new = _apply_json_patch(wire, patch)
             elif ctype == MERGE_PATCH:
                 new = merge_patch(wire, patch)
             else:
@@ -688,7 +767,7 @@ class RestAPI:
     def _scale(self, method: str, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
         if method not in ("GET", "PUT", "PATCH"):
-            raise E.MethodNotAllowed("the server does not allow this method on the requested resource")
+            raise _method_not_allowed()
         ctype = _content_type(headers)
         if method == "PATCH" and ctype not in (MERGE_PATCH, JSON_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
             raise _patch_type_unsupported(s)
@@ -702,7 +781,7 @@ class RestAPI:
             if method == "PUT":
                 new = payload
             elif ctype == JSON_PATCH:
-                new = json_patch(scale, payload)
+                new = _apply_json_patch(scale, payload)
             elif ctype in (MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH):
                 new = merge_patch(scale, payload)
             else:
@@ -848,7 +927,16 @@ class RestAPI:
 
 
 class _NotFoundPath(Exception):
-    pass
+    """A path under a served group-version that names nothing: kube-apiserver's 404 Status."""
+
+
+class _PageNotFound(Exception):
+    """A path no API group serves (an unknown group, a custom resource's unserved version, anything outside
+    /api and /apis): the plain-text 404 of kube-apiserver's HTTP router."""
+
+
+def _method_not_allowed() -> E.MethodNotAllowed:
+    return E.MethodNotAllowed("the server does not allow this method on the requested resource", empty_details=True)
 
 
 # maps of resource name -> Quantity in the built-in types (requests, limits, capacity, ...)
@@ -1014,6 +1102,132 @@ _NAME_CHECKS: dict[str, Callable[[str], list[str]]] = {
 }
 
 
+def _list_key(o: dict) -> str:
+    """Where an object sorts in a list: by namespace, then name, byte by byte (as etcd's keys sort)."""
+    m = _meta(o)
+    ns = m.get("namespace")
+    return f"{ns}/{m.get('name') or ''}" if ns else str(m.get("name") or "")
+
+
+def _continue_token(rv: int, last: str) -> str:
+    """An opaque continue token: the list's resourceVersion and the key to start after."""
+    import base64
+
+    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": last + "\x00"})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _parse_continue(token: str) -> tuple[int, str]:
+    import base64
+
+    try:
+        doc = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, orjson.JSONDecodeError) as e:
+        raise E.BadRequest(f"invalid continue token: continue key is not valid: {e}") from None
+    if not isinstance(doc, dict) or doc.get("v") != "meta.k8s.io/v1":
+        raise E.BadRequest("invalid continue token: continue key is not valid: server does not recognize this "
+                           "encoded version")
+    rv, start = doc.get("rv"), doc.get("start")
+    if not isinstance(rv, int) or rv <= 0 or not isinstance(start, str) or not start.endswith("\x00"):
+        raise E.BadRequest("invalid continue token: continue key is not valid: incorrect encoded start "
+                           "resourceVersion (version meta.k8s.io/v1)")
+    return rv, start[:-1]
+
+
+def _bad_rv_message(rv: str) -> str:
+    return f'resourceVersion: Invalid value: "{rv}": strconv.ParseUint: parsing "{rv}": invalid syntax'
+
+
+def _too_large(rv: int, current: str) -> E.ApiError:
+    e = E.ApiError(f"Timeout: Too large resource version: {rv}, current: {current}",
+                   causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                   retry_after=1)
+    e.code, e.reason = 504, "Timeout"
+    return e
+
+
+def _next_bookmark(now: float, deadline: float) -> float | None:
+    """When a watch that allows bookmarks gets its next one: every minute, and 2 seconds before it ends."""
+    at = min(now + BOOKMARK_EVERY, deadline - 2.0)
+    return at if at >= now else None
+
+
+def _go_int(v: str) -> int:
+    """An integer query parameter, refused as Go's strconv refuses it."""
+    try:
+        return int(v, 10)
+    except ValueError:
+        raise E.BadRequest(f'strconv.ParseInt: parsing "{v}": invalid syntax') from None
+
+
+def _list_options(query: dict, watch: bool) -> dict:
+    """The ListOptions of a list or watch, checked as kube-apiserver checks them (v1.33, WatchList off): a 400
+    for what does not parse, a 422 for what does not go together."""
+    rv = query.get("resourceVersion") or ""
+    match = query.get("resourceVersionMatch") or ""
+    initial = query.get("sendInitialEvents")
+    limit = _go_int(query["limit"]) if query.get("limit") else 0
+    timeout = _go_int(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+    cont = query.get("continue") or ""
+    errs: list[tuple[str, str]] = []
+    if watch:
+        if initial is not None:
+            if match != "NotOlderThan":
+                errs.append(("resourceVersionMatch", "Forbidden: sendInitialEvents requires setting "
+                                                     "resourceVersionMatch to NotOlderThan"))
+            errs.append(("sendInitialEvents", "Forbidden: sendInitialEvents is forbidden for watch unless the "
+                                              "WatchList feature gate is enabled"))
+        if match:
+            if initial is None:
+                errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden for watch unless "
+                                                     "sendInitialEvents is provided"))
+            if match != "NotOlderThan":
+                errs.append(("resourceVersionMatch", f'Unsupported value: "{match}": supported values: "NotOlderThan"'))
+            if cont:
+                errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden when continue is "
+                                                     "provided"))
+    else:
+        if match:
+            if not rv:
+                errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden unless "
+                                                     "resourceVersion is provided"))
+            if cont:
+                errs.append(("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden when continue is "
+                                                     "provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errs.append(("resourceVersionMatch", f'Unsupported value: "{match}": supported values: "Exact", '
+                                                     '"NotOlderThan", ""'))
+            if match == "Exact" and rv == "0":
+                errs.append(("resourceVersionMatch", 'Forbidden: resourceVersionMatch "exact" is forbidden for '
+                                                     'resourceVersion "0"'))
+        if initial is not None:
+            errs.append(("sendInitialEvents", "Forbidden: sendInitialEvents is forbidden for list"))
+    if errs:
+        raise _invalid("ListOptions", "meta.k8s.io", "", errs)
+    if not watch and rv:
+        try:
+            if int(rv) < 0:
+                raise ValueError(rv)
+        except ValueError:
+            raise E.BadRequest(f"invalid resource version: {_bad_rv_message(rv)}") from None
+    parsed_cont = None
+    if cont and not watch:
+        parsed_cont = _parse_continue(cont)
+    return {"rv": rv, "match": match, "limit": limit, "timeout": timeout, "continue": parsed_cont}
+
+
+def _kind_mismatch(s: D.Served, obj: dict) -> str:
+    """kube-apiserver's words for a body of another kind: its decoder cannot convert one kind into the other."""
+    kind, av = obj.get("kind"), str(obj.get("apiVersion") or s.api_version)
+    version = av.rsplit("/", 1)[-1]
+    if _expect(s) is None:
+        return f'{kind} in version "{version}" cannot be handled as a {s.kind}: the object kind "{kind}" does not ' \
+               f'match the resource kind "{s.kind}"'
+    internal = s.group.split(".")[0] if s.group else "core"
+    return f'{kind} in version "{version}" cannot be handled as a {s.kind}: converting ({version}.{kind}) to ' \
+           f'({internal}.{s.kind}): unknown conversion'
+
+
 def _truthy(v: Any) -> bool:
     return str(v).lower() in ("1", "true", "yes")
 
@@ -1067,7 +1281,7 @@ def _patch_type_unsupported(s: D.Served) -> E.UnsupportedMediaType:
     """kube-apiserver's 415 for a PATCH of another content type (a protobuf body among them): its HTTP router
     answers for the built-in kinds, the custom resource handler names the patch types it takes."""
     if _expect(s) is not None:
-        return E.UnsupportedMediaType("415: Unsupported Media Type")
+        return E.UnsupportedMediaType("415: Unsupported Media Type", empty_details=True)
     return E.UnsupportedMediaType(_UNKNOWN_FORMAT + f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}")
 
 
@@ -1101,6 +1315,25 @@ def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False, expect: tuple[
         return orjson.loads(body)
     except Exception as e:  # noqa: BLE001 - any malformed body is the client's error
         raise E.BadRequest(f"the body of the request could not be decoded: {e}")
+
+
+def _parse_patch(body: bytes, headers: Any, ctype: str) -> Any:
+    """A patch body; what does not decode is kube-apiserver's 400 ``error decoding patch: ...``."""
+    if ctype == APPLY_PATCH:
+        return _parse_body(body, headers, yaml_ok=True)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise E.BadRequest(f"error decoding patch: {e}") from None
+
+
+def _apply_json_patch(doc: Any, patch: Any) -> Any:
+    """A JSON patch applied; one that cannot apply (a failed ``test``, a missing path, an unknown operation) is
+    kube-apiserver's 422 without details."""
+    try:
+        return json_patch(doc, patch)
+    except (E.BadRequest, E.Invalid):
+        raise E.Invalid("the server rejected our request due to an error in our request", empty_details=True) from None
 
 
 def _apply_body(patch: Any, r: Route) -> dict:
