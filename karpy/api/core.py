@@ -439,11 +439,12 @@ def check_resource_requirements(res: dict, path: str, ctx: Ctx, for_pod: bool = 
             ctx.err(p, required("Limit must be set for non overcommitable resources"))
 
 
-def resource_requirements() -> Node:
+def resource_requirements(**kw: Any) -> Node:
     return obj(
         {"limits": quantity_map(), "requests": quantity_map(), "claims": arr(opaque())},
         defaulter=_default_requests_from_limits,
         checks=[check_resource_requirements],
+        **kw,
     )
 
 
@@ -489,7 +490,7 @@ def container(ephemeral: bool = False) -> Node:
         "ports": arr(port),
         "envFrom": opaque(),
         "env": opaque(),
-        "resources": resource_requirements(),
+        "resources": resource_requirements(default={}),  # a struct Go always writes out
         "resizePolicy": opaque(),
         "restartPolicy": string(),
         "restartPolicyRules": opaque(),

@@ -362,6 +362,8 @@ class MemoryAPI:
             else:
                 out.pop("status", None)
             nm = dict(om)
+            if "managedFields" in _meta(new):  # what a status write's field manager now owns
+                nm["managedFields"] = _meta(new)["managedFields"]
         else:
             if has_status:
                 if "status" in old:

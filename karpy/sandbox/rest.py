@@ -59,8 +59,10 @@ from ..kube.memory import MemoryAPI
 from ..kube.patch import json_patch, merge_patch
 from ..kube.port import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from ..kube.registry import BY_KIND
+from ..kube.times import fmt_time
 from ..kube.selectors import escape_field_value, field_selector_terms, selector_to_string
 from . import discovery as D
+from . import fields as F
 from . import protobuf as P
 from . import tables as T
 from .crds import printer_columns
@@ -600,6 +602,7 @@ class RestAPI:
                 obj = dict(obj)
                 obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
                 obj["status"] = {"phase": "Active"}
+            obj = self._track(s, None, obj, _manager(query, headers))
             if dry:
                 if self.api.try_get(s.kind, meta["name"], meta.get("namespace", "")) is not None:
                     raise E.AlreadyExists(f'{_resource(s)} "{meta["name"]}" already exists', kind=s.plural,
@@ -683,9 +686,12 @@ class RestAPI:
             rv = meta.get("resourceVersion")
             if rv and rv != _meta(cur).get("resourceVersion"):
                 raise _conflict(s, r.name)
+            manager = _manager(query, headers)
             if r.sub == "status":
+                obj = self._track(s, cur, self._status_write(s, cur, obj, query), manager, "status",
+                                  sent=meta.get("managedFields", MISSING_FIELD))
                 if dry:
-                    return Response(200, self._out(s, {**cur, "status": obj.get("status")}))
+                    return Response(200, self._out(s, obj))
                 new = self.api.update(obj, subresource="status")
             else:
                 for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
@@ -695,6 +701,8 @@ class RestAPI:
                         meta.pop(k, None)
                 meta.setdefault("resourceVersion", _meta(cur).get("resourceVersion"))
                 validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
+                validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager,
+                                        sent=meta.get("managedFields", MISSING_FIELD))
                 if dry:
                     return Response(200, self._out(s, validated))
                 new = self.api.update(validated)
@@ -707,14 +715,11 @@ class RestAPI:
                 (ctype == STRATEGIC_MERGE_PATCH and _expect(s) is None):  # custom resources take no strategic merge
             raise _patch_type_unsupported(s)
         patch = _parse_patch(body, headers, ctype)
+        if ctype == APPLY_PATCH:
+            return self._apply(r, query, headers, patch)
         dry = _dry_run(query)
         with self.lock:
-            cur = self.api.try_get(s.kind, r.name, self._ns(r))
-            if cur is None:
-                if ctype == APPLY_PATCH and r.sub is None:
-                    return self._create(Route(s, r.namespace, None, None), query, headers,
-                                        orjson.dumps(_apply_body(patch, r)))
-                self.api.get(s.kind, r.name, self._ns(r))  # raises the NotFound
+            cur = self.api.get(s.kind, r.name, self._ns(r))
             wire = self._out(s, cur)
             if ctype == JSON_PATCH:
                 new = _apply_json_patch(wire, patch)
@@ -723,12 +728,6 @@ class RestAPI:
             else:
                 if not isinstance(patch, dict):
                     raise E.BadRequest("the patch is not a JSON object")
-                if ctype == APPLY_PATCH:
-                    patch = {k: v for k, v in patch.items() if k not in ("apiVersion", "kind")}
-                    pm = dict(_meta(patch))
-                    for k in ("name", "namespace"):
-                        pm.pop(k, None)
-                    patch["metadata"] = pm
                 from ..kube.strategic import strategic_merge_patch
 
                 new = strategic_merge_patch(wire, patch, s.kind)
@@ -742,16 +741,239 @@ class RestAPI:
             if nm.get("name") != r.name:
                 raise _invalid(s.kind, s.group, r.name, [("metadata.name", f'Invalid value: "{nm.get("name")}": field is immutable')])
             nm["resourceVersion"] = _meta(cur).get("resourceVersion")
+            sent = nm.get("managedFields", MISSING_FIELD)
+            if sent == _meta(cur).get("managedFields", MISSING_FIELD):
+                sent = MISSING_FIELD  # the patch left them as they were
+            manager = _manager(query, headers)
             if r.sub == "status":
+                new = self._track(s, cur, self._status_write(s, cur, new, query), manager, "status", sent=sent)
                 if dry:
-                    return Response(200, self._out(s, {**cur, "status": new.get("status")}))
+                    return Response(200, self._out(s, new))
                 out = self.api.update(new, subresource="status")
             else:
                 validated = self._validate(s, new, cur, query.get("fieldValidation", ""))
+                validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager, sent=sent)
                 if dry:
                     return Response(200, self._out(s, validated))
                 out = self.api.update(validated)
         return self._render_one(s, out, headers)
+
+    # --- server-side apply ------------------------------------------------------------------------------
+    def _apply(self, r: Route, query: dict, headers: Any, config: Any) -> Response:
+        """A server-side apply (see :mod:`.fields`): the configuration merged into the object (or creating it),
+        what the manager applied before and no longer applies removed, conflicts with other managers a 409."""
+        s = r.served
+        manager = query.get("fieldManager") or ""
+        if not manager:
+            raise _invalid("PatchOptions", "meta.k8s.io", "", [("fieldManager", "Required value: is required for "
+                                                                               "apply patch")])
+        force = _truthy(query.get("force"))
+        if not isinstance(config, dict):
+            raise E.BadRequest("the apply patch is not an object")
+        av, kind = config.get("apiVersion") or "", config.get("kind") or ""
+        group, _, version = av.rpartition("/")
+        if (group, version, kind) != (s.group, s.version, s.kind):
+            raise E.BadRequest(f"invalid object type: {group}/{version}, Kind={kind}")
+        cm = _meta(config)
+        if "managedFields" in cm:
+            raise E.BadRequest("metadata.managedFields must be nil")
+        if cm.get("name") not in (None, r.name):
+            raise E.BadRequest(f"the name of the object ({cm.get('name')}) does not match the name on the URL "
+                               f"({r.name})")
+        if s.namespaced and cm.get("namespace") not in (None, "", self._ns(r)):
+            raise E.BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+        config = _apply_body(config, r)
+        sub = r.sub
+        dry = _dry_run(query)
+        with self.lock:
+            cur = self.api.try_get(s.kind, r.name, self._ns(r))
+            if cur is None and sub is not None:
+                self.api.get(s.kind, r.name, self._ns(r))  # raises the NotFound
+            shape = self._shape(s)
+            live = self._out(s, cur) if cur is not None else None
+            entries = list(_meta(cur).get("managedFields") or ()) if cur is not None else []
+            mine = (manager, "Apply", None, sub or "")
+            applied = self._tracked(s, F.field_set(config, shape), sub)
+            last = next((F.from_fields_v1(e.get("fieldsV1")) for e in entries if F.entry_key(e) == mine), set())
+            others: set = set()
+            for e in entries:
+                if F.entry_key(e) != mine:
+                    others |= F.from_fields_v1(e.get("fieldsV1"))
+            merged = F.apply_merge(live if live is not None else {}, config, shape)
+            gone = {p for p in last - applied if p not in others}
+            if gone:
+                merged = F.remove_paths(merged, gone, shape)
+            before = live if live is not None else F.empty_object(s.kind, _expect(s) is None)
+            added, modified, removed = F.compare(before, merged, shape)
+            changed = self._tracked(s, added | modified, sub)
+            removed = self._tracked(s, removed, sub)
+            conflicts: dict[tuple, set] = {}
+            for e in entries:
+                if F.entry_key(e) == mine:
+                    continue
+                clash = F.from_fields_v1(e.get("fieldsV1")) & changed
+                if clash:
+                    conflicts[F.entry_key(e)] = clash
+            if conflicts and not force:
+                raise _apply_conflict(conflicts)
+            now = fmt_time(self.clock.now())
+            out = []
+            for e in entries:
+                key = F.entry_key(e)
+                if key == mine:
+                    continue
+                ps = F.from_fields_v1(e.get("fieldsV1"))
+                left = ps - conflicts.get(key, set()) - removed
+                if left:
+                    out.append(e if left == ps else dict(e, fieldsV1=F.to_fields_v1(left)))
+            old_mine = next((e for e in entries if F.entry_key(e) == mine), None)
+            if applied:
+                t = now if (changed or removed) else (old_mine or {}).get("time")
+                out.append(F.entry(manager, "Apply", s.api_version, t, applied, sub))
+            obj = self._in(s, merged)
+            obj["metadata"]["managedFields"] = F.sort_entries(out)
+            if not obj["metadata"]["managedFields"]:
+                del obj["metadata"]["managedFields"]
+            if cur is None:
+                return self._create_applied(s, r, query, headers, obj, dry)
+            nm = obj["metadata"]
+            nm["resourceVersion"] = _meta(cur).get("resourceVersion")
+            if sub == "status":
+                new = self._status_write(s, cur, obj, query)
+                if dry:
+                    return Response(200, self._out(s, new))
+                res = self.api.update(new, subresource="status")
+            else:
+                validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
+                validated = self._as_stored(s, cur, validated, None)
+                if dry:
+                    return Response(200, self._out(s, validated))
+                res = self.api.update(validated)
+        return self._render_one(s, res, headers)
+
+    def _create_applied(self, s: D.Served, r: Route, query: dict, headers: Any, obj: dict, dry: bool) -> Response:
+        meta = obj["metadata"]
+        if s.namespaced:
+            meta["namespace"] = self._ns(r)
+            self._require_namespace(meta["namespace"])
+        for k in SERVER_SET_META:
+            if k != "managedFields":
+                meta.pop(k, None)
+        if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
+            obj.pop("status", None)
+        obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
+        if s.kind == "Namespace":
+            obj = dict(obj)
+            obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
+            obj["status"] = {"phase": "Active"}
+        if dry:
+            return Response(201, self._out(s, obj))
+        return self._render_one(s, self.api.create(obj), headers, 201)
+
+    # --- field managers ---------------------------------------------------------------------------------
+    def _shape(self, s: D.Served) -> F.Shape:
+        if _expect(s) is None:  # a custom resource: its CRD's schema of the version
+            crd = self.api.try_get("CustomResourceDefinition", f"{s.plural}.{s.group}")
+            for v in ((crd or {}).get("spec") or {}).get("versions") or ():
+                if isinstance(v, dict) and v.get("name") == s.version:
+                    return F.Shape(s.kind, ((v.get("schema") or {}).get("openAPIV3Schema")) or {})
+            return F.Shape(s.kind, {})
+        return F.Shape(s.kind)
+
+    def _tracked(self, s: D.Served, paths: set, sub: str | None) -> set:
+        """The paths a write of the main resource or a subresource may own: a status write owns status, a write
+        of the main resource everything but status (for kinds whose status is a subresource)."""
+        if sub == "status":
+            return {p for p in paths if p[:1] == ("f:status",)}
+        if "status" in s.type.subresources:
+            return {p for p in paths if p[:1] != ("f:status",)}
+        return paths
+
+    def _status_write(self, s: D.Served, cur: dict, new: dict, query: dict) -> dict:
+        """A write of the status subresource as the store will keep it; a custom resource's status is validated
+        and defaulted by its CRD's schema, as kube-apiserver does."""
+        out = self._as_stored(s, cur, new, "status")
+        if _expect(s) is None and isinstance(out.get("status"), dict):
+            from ..api.crds import KINDS
+            from ..api.schema import Ctx, walk
+
+            k = next((k for k in KINDS if k.kind == s.kind), None)
+            if k is not None and k.status is not None:
+                status = copy.deepcopy(out["status"])
+                ctx = Ctx(crd=True)
+                walk(status, k.status, "status", ctx)
+                errors = ctx.cel_outcome(k.status)
+                if errors:
+                    raise _invalid(s.kind, s.group, r_name(out), errors)
+                out = dict(out)
+                out["status"] = status
+        return out
+
+    def _as_stored(self, s: D.Served, cur: dict, new: dict, sub: str | None) -> dict:
+        """``new`` as the store will keep it: a status write changes only status (and the managed fields), a
+        write of the main resource keeps the status it had."""
+        if sub == "status":
+            out = dict(cur)
+            if "status" in new:
+                out["status"] = new["status"]
+            else:
+                out.pop("status", None)
+            meta = dict(_meta(cur))
+            if "managedFields" in _meta(new):
+                meta["managedFields"] = _meta(new)["managedFields"]
+            out["metadata"] = meta
+            return out
+        if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
+            out = dict(new)
+            if "status" in cur:
+                out["status"] = cur["status"]
+            else:
+                out.pop("status", None)
+            return out
+        return new
+
+    def _track(self, s: D.Served, old: dict | None, new: dict, manager: str, sub: str | None = None,
+               sent: Any = None) -> dict:
+        """``new`` with the managed fields an update by ``manager`` leaves (see :mod:`.fields`). ``sent``: the
+        managedFields the client sent (an empty list resets them: nothing is tracked then)."""
+        if sent is None:
+            sent = MISSING_FIELD
+        if isinstance(sent, list) and not sent:
+            out = dict(new)
+            out["metadata"] = {k: v for k, v in _meta(new).items() if k != "managedFields"}
+            return out
+        base = sent if isinstance(sent, list) else (list(_meta(old).get("managedFields") or ()) if old else [])
+        shape = self._shape(s)
+        before = old if old is not None else F.empty_object(s.kind, _expect(s) is None)
+        added, modified, removed = F.compare(self._out(s, before) if old is not None else before,
+                                             self._out(s, new), shape)
+        changed = self._tracked(s, added | modified, sub)
+        removed = self._tracked(s, removed, sub)
+        entries = base
+        if changed or removed:
+            mine = (manager, "Update", s.api_version, sub or "")
+            now = fmt_time(self.clock.now())
+            entries, found = [], False
+            for e in base:
+                ps = F.from_fields_v1(e.get("fieldsV1"))
+                if F.entry_key(e) == mine:
+                    found = True
+                    left = (ps - removed) | changed
+                    if left:
+                        entries.append(F.entry(manager, "Update", s.api_version, now, left, sub))
+                    continue
+                left = ps - changed - removed
+                if left:
+                    entries.append(e if left == ps else dict(e, fieldsV1=F.to_fields_v1(left)))
+            if not found and changed:
+                entries.append(F.entry(manager, "Update", s.api_version, now, changed, sub))
+            entries = F.sort_entries(entries)
+        out = dict(new)
+        meta = {k: v for k, v in _meta(new).items() if k != "managedFields"}
+        if entries:
+            meta["managedFields"] = entries
+        out["metadata"] = meta
+        return out
 
     # --- scale --------------------------------------------------------------------------------------
     def _scale_obj(self, obj: dict) -> dict:
@@ -786,9 +1008,9 @@ class RestAPI:
                 new = merge_patch(scale, payload)
             else:
                 raise E.UnsupportedMediaType(f"the body of the request was in an unknown format: {ctype}")
-            return self._set_scale(s, r, cur, new, query)
+            return self._set_scale(s, r, cur, new, query, headers)
 
-    def _set_scale(self, s: D.Served, r: Route, cur: dict, new: Any, query: dict) -> Response:
+    def _set_scale(self, s: D.Served, r: Route, cur: dict, new: Any, query: dict, headers: Any) -> Response:
         if not isinstance(new, dict):
             raise E.BadRequest("the body of the request is not a Scale")
         rv = _meta(new).get("resourceVersion")
@@ -798,11 +1020,18 @@ class RestAPI:
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise _invalid("Scale", "autoscaling", r.name, [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: "
                                                                                "must be greater than or equal to 0")])
+        out = dict(cur)
+        out["spec"] = {**(cur.get("spec") or {}), "replicas": replicas}
+        out = self._track(s, cur, out, _manager(query, headers), "scale")
+        # kube-apiserver keeps a scale write's entry without a time
+        out["metadata"]["managedFields"] = F.sort_entries([{k: v for k, v in e.items() if k != "time"} if
+                                                           e.get("subresource") == "scale" else e
+                                                           for e in out["metadata"].get("managedFields") or ()])
+        if not out["metadata"]["managedFields"]:
+            del out["metadata"]["managedFields"]
         if _dry_run(query):
-            out = dict(cur)
-            out["spec"] = {**(cur.get("spec") or {}), "replicas": replicas}
             return Response(200, self._scale_obj(out))
-        updated = self.api.scale(s.kind, r.name, self._ns(r), replicas)
+        updated = self.api.update(out)
         return Response(200, self._scale_obj(updated))
 
     # --- eviction and binding -----------------------------------------------------------------------
@@ -1216,6 +1445,10 @@ def _list_options(query: dict, watch: bool) -> dict:
     return {"rv": rv, "match": match, "limit": limit, "timeout": timeout, "continue": parsed_cont}
 
 
+def r_name(obj: dict) -> str:
+    return str(_meta(obj).get("name") or "")
+
+
 def _kind_mismatch(s: D.Served, obj: dict) -> str:
     """kube-apiserver's words for a body of another kind: its decoder cannot convert one kind into the other."""
     kind, av = obj.get("kind"), str(obj.get("apiVersion") or s.api_version)
@@ -1226,6 +1459,40 @@ def _kind_mismatch(s: D.Served, obj: dict) -> str:
     internal = s.group.split(".")[0] if s.group else "core"
     return f'{kind} in version "{version}" cannot be handled as a {s.kind}: converting ({version}.{kind}) to ' \
            f'({internal}.{s.kind}): unknown conversion'
+
+
+MISSING_FIELD = object()  # a field the client's object does not have (not the same as null)
+
+
+def _manager(query: dict, headers: Any) -> str:
+    """The field manager of a write: ``fieldManager``, else the client's User-Agent up to its first "/"."""
+    m = query.get("fieldManager")
+    if m:
+        return m
+    ua = (headers.get("User-Agent") or "") if headers is not None else ""
+    return ua.split("/", 1)[0][:128] or "unknown"
+
+
+def _apply_conflict(conflicts: dict[tuple, set]) -> E.Conflict:
+    """kube-apiserver's 409 for an apply that would change fields other managers own."""
+    def who(key: tuple) -> str:
+        manager, op, av, sub = key
+        out = json.dumps(manager)
+        if sub:
+            out += f" with subresource {json.dumps(sub)}"
+        return f"{out} using {av}" if op == "Update" else out
+
+    items = sorted((who(k), F.path_text(p)) for k, ps in conflicts.items() for p in ps)
+    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {m}", "field": f} for m, f in items]
+    if len(items) == 1:
+        message = f"Apply failed with 1 conflict: conflict with {items[0][0]}: {items[0][1]}"
+    else:
+        lines = []
+        for m in sorted({m for m, _ in items}):
+            lines.append(f"conflicts with {m}:")
+            lines.extend(f"- {f}" for mm, f in items if mm == m)
+        message = f"Apply failed with {len(items)} conflicts: " + "\n".join(lines)
+    return E.Conflict(message, causes=causes)
 
 
 def _truthy(v: Any) -> bool:

@@ -407,7 +407,8 @@ def _comparable(obj: dict) -> dict:
     """An object without what differs between two creations: identity, times, generated selectors."""
     obj = json.loads(json.dumps(obj))
     meta = obj["metadata"]
-    for k in ("uid", "resourceVersion", "creationTimestamp", "namespace"):
+    # (and the managed fields, which name the kubectl command that wrote the object)
+    for k in ("uid", "resourceVersion", "creationTimestamp", "namespace", "managedFields"):
         meta.pop(k, None)
     obj.pop("status", None)
     text = json.dumps(obj, sort_keys=True)
