@@ -65,3 +65,19 @@ def test_a_pod_pinned_to_a_hostname_is_ignored(run):
     out = run(kwok(p))
     assert out.summary_claims == []
     assert out.pending()["pinned"].startswith("ignoring pod, using label kubernetes.io/hostname is not allowed")
+
+
+def test_a_claim_naming_its_volume_is_bound_by_the_simulated_pv_binder(run):
+    """As kube-controller-manager's persistent-volume binder does: the claim is annotated bind-completed and
+    Bound, the volume gets its claimRef; only then do kube-scheduler and Karpenter treat it as bound, so the
+    pod lands in the volume's zone."""
+    out = run(kwok(STORAGE_CLASS, _pv("pv-b", ["test-zone-b"]), _pvc("data", "pv-b"), _with_claim("db", "data")))
+    assert out.pending() == {}
+    assert label(out.node_of(out.pods["db"]), ZONE) == "test-zone-b"
+
+
+def test_a_volume_claimed_by_another_claim_leaves_the_pod_pending(run):
+    pv = _pv("pv-b", ["test-zone-b"])
+    pv["spec"]["claimRef"] = {"namespace": "default", "name": "someone-else"}
+    out = run(kwok(STORAGE_CLASS, pv, _pvc("data", "pv-b"), _with_claim("db", "data")))
+    assert out.pending() == {"db": "ignoring pod, pvc is considered unbound because it does not contain annotation"}

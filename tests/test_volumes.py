@@ -65,13 +65,17 @@ def pv(name: str, *terms: dict, local: bool = False, host_path: bool = False, nf
 
 
 def pvc(name: str, storage_class: str | None = None, volume: str | None = None, deleting: bool = False,
-        phase: str | None = None, namespace: str = "default") -> dict:
+        phase: str | None = None, namespace: str = "default", bind_completed: bool = True) -> dict:
+    """A claim; one naming its volume is bound as the persistent-volume controller leaves it (its annotation),
+    unless ``bind_completed`` is False."""
     spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     if volume:
         spec["volumeName"] = volume
     meta: dict = {"name": name, "namespace": namespace}
+    if volume and bind_completed:
+        meta["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     obj = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}

@@ -91,6 +91,9 @@ def _claim(pod: Mapping[str, Any], volume: Mapping[str, Any], ns: str, lookup: L
     return pvc
 
 
+BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+
+
 def _not_found(resource: str, name: str) -> str:
     return f'{resource} "{name}" not found'
 
@@ -110,6 +113,10 @@ def _validate_claim(pvc: Mapping[str, Any], lookup: Lookup) -> str | None:
             return f"failed to validate pvc, {_not_found('persistentvolumes', pv_name)}"
         if _meta(pv).get("deletionTimestamp"):
             return "failed to validate pvc, persistentvolume is being deleted"
+        # kube-scheduler treats a claim naming its volume as bound only once the persistent-volume controller
+        # has completed the binding (its annotation); until then upstream leaves the pod alone
+        if BIND_COMPLETED not in (_meta(pvc).get("annotations") or {}):
+            return "pvc is considered unbound because it does not contain annotation"
         return None
     if not sc_name:
         return "unbound pvc must define a storage class"

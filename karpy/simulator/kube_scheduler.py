@@ -44,7 +44,7 @@ from ..kube.times import parse_time
 from ..runtime.events import ref
 from ..runtime.manager import Manager, deleting, is_true
 from ..scheduling.pods import AffinityTerm, LabelSelector, PodInfo, SpreadConstraint, Taint, untolerated
-from ..scheduling.volumes import has_volume_claims, volume_requirements
+from ..scheduling.volumes import claim_name, has_volume_claims, volume_requirements
 from ..state import pods as P
 
 DO_NOT_SCHEDULE = "DoNotSchedule"
@@ -161,6 +161,7 @@ class KubeScheduler:
         self.claim_node: dict[str, str] = {}  # NodeClaim -> its Node
         self.marked: set[str] = set()  # pods already marked Unschedulable
         self.early: dict[str, set[str]] = {}  # node -> pods bound to it before it was seen
+        self.claim_users: dict[tuple[str, str], set[str]] = {}  # (namespace, claim) -> pending pods using it
         self.groups_by_key: dict[str, list[_Group]] = {}
         self.nom_order: dict[str, int] = {}  # the order Karpenter nominated pods in
         self._nom_seq = 0
@@ -175,6 +176,24 @@ class KubeScheduler:
         mgr.watch("Pod", self._on_pod)
         mgr.watch("Event", self._on_event)
         mgr.watch("NodeClaim", self._on_claim)
+        mgr.watch("PersistentVolumeClaim", self._on_volume_claim)
+
+    # --- volumes ------------------------------------------------------------------------------------
+    def _on_volume_claim(self, etype: str, obj: dict, old: dict | None) -> None:
+        """A claim changed (bound, deleted): the pending pods using it are judged again, as kube-scheduler
+        moves them back to its active queue on a PersistentVolumeClaim event."""
+        key = (obj["metadata"].get("namespace") or "default", obj["metadata"]["name"])
+        for pk in list(self.claim_users.get(key, ())):
+            if pk not in self.pending:
+                self.claim_users[key].discard(pk)
+                continue
+            ns, _, name = pk.partition("/")
+            pod = self.mgr.get("Pod", name, ns)
+            if pod is not None:
+                self.pending[pk] = self._info(pod)
+                self.active.add(pk)
+                self.parked.discard(pk)
+                self.mgr.enqueue(self, "")
 
     # --- nodes --------------------------------------------------------------------------------------
     def _slot(self, name: str) -> _Node:
@@ -382,6 +401,11 @@ class KubeScheduler:
         info = self.compiler.compile(obj)
         if has_volume_claims(obj):
             info = P.with_volume_requirements(info, volume_requirements(obj, self._lookup))
+            ns, key = obj["metadata"].get("namespace") or "default", P.pod_key(obj)
+            for v in (obj.get("spec") or {}).get("volumes") or ():
+                claim = claim_name(obj, v)
+                if claim:
+                    self.claim_users.setdefault((ns, claim), set()).add(key)
         return info
 
     def _lookup(self, kind: str, ns: str, name: str) -> dict | None:

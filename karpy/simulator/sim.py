@@ -40,6 +40,7 @@ from .disruption_budgets import DisruptionBudgets
 from .history import History
 from .kube_scheduler import KubeScheduler
 from .kubelet import Kubelets
+from .volumes import VolumeBinder
 from .workloads import Workloads
 
 DEFAULT_START = "2026-01-01T00:00:00Z"
@@ -60,9 +61,10 @@ class World:
         self.scheduler = KubeScheduler(mgr, api, clock, self.recorder, compiler)
         self.kubelets = Kubelets(mgr, api, clock, self.recorder, self.workloads, cloud)
         self.budgets = DisruptionBudgets(mgr, api, clock)
+        self.volumes = VolumeBinder(mgr, api)
         self.history = History(mgr, clock, exact_price=self._price)
         self.cloud = cloud
-        for c in (self.history, self.workloads, self.scheduler, self.kubelets, self.budgets):
+        for c in (self.history, self.workloads, self.volumes, self.scheduler, self.kubelets, self.budgets):
             mgr.add(c)
 
     def _price(self, provider_id: str) -> float | None:

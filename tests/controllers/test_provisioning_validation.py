@@ -42,13 +42,16 @@ def claim_pod(name: str, *claims: str, **kw) -> dict:
                                                   for i, c in enumerate(claims)], **kw)
 
 
-def pvc(name: str, storage_class: str | None = None, volume: str | None = None, finalizers=None) -> dict:
+def pvc(name: str, storage_class: str | None = None, volume: str | None = None, finalizers=None,
+        bind_completed: bool = True) -> dict:
     spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     if volume:
         spec["volumeName"] = volume
     meta: dict = {"name": name, "namespace": "default"}
+    if volume and bind_completed:  # bound, as the persistent-volume controller leaves a claim it bound
+        meta["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
     if finalizers:
         meta["finalizers"] = list(finalizers)
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
@@ -170,6 +173,19 @@ def test_a_pod_whose_claim_is_lost_is_ignored(h):
     h.patch("PersistentVolumeClaim", "c", {"status": {"phase": "Lost"}}, "default", subresource="status")
     _provision(h, claim_pod("p", "c"))
     _assert_ignored(h, "p", "persistentvolumeclaim bound to non-existent persistentvolume")
+
+
+def test_a_claim_naming_its_volume_before_the_binding_completed_is_unbound(h):
+    """kube-scheduler (and upstream, volumetopology.go) treat a claim with volumeName as bound only once the
+    persistent-volume controller annotated it pv.kubernetes.io/bind-completed: until then the pod is ignored."""
+    h.setup()
+    h.create(pv("vol", zone="test-zone-b"), pvc("c", "", volume="vol", bind_completed=False))
+    _provision(h, claim_pod("p", "c"))
+    _assert_ignored(h, "p", "pvc is considered unbound because it does not contain annotation")
+    h.patch("PersistentVolumeClaim", "c", {"metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}}},
+            "default")
+    _provision(h, claim_pod("p2", "c"))
+    assert len(h.list("NodeClaim")) == 1
 
 
 def test_an_ignored_pod_is_not_placed_on_an_existing_node_either(h):
