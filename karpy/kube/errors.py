@@ -36,9 +36,10 @@ class ApiError(Exception):
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
         body: dict[str, Any] = {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason,
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
         }
+        if self.reason:  # some internal errors of kube-apiserver come without one
+            body["reason"] = self.reason
         if details or self.empty_details:
             body["details"] = details
         body["code"] = self.code  # after the details, in kube-apiserver's order

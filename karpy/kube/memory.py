@@ -46,7 +46,7 @@ from . import errors as E
 from .names import NameGenerator
 from .patch import json_patch, merge_patch
 from .port import ADDED, DELETED, JSON_PATCH, MERGE_PATCH, MODIFIED, STRATEGIC_MERGE_PATCH, APPLY_PATCH, WatchEvent
-from .registry import BY_KIND, is_namespaced
+from .registry import BY_KIND, GENERATION_KINDS, is_namespaced
 from .selectors import parse_field_selector, parse_label_selector, selector_to_string
 from .times import fmt_time
 
@@ -146,12 +146,14 @@ class MemoryAPI:
         self._watchers: dict[str, list[MemoryWatch]] = {}
         self._history: dict[str, deque[tuple[int, str, dict, dict | None]]] = {}
         self._history_floor: dict[str, int] = {}  # oldest resourceVersion a watch of that kind can resume after
+        self.kind_rv: dict[str, int] = {}  # the resourceVersion of each kind's latest change
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependents
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self.write_hooks: list[Callable[[str, dict, dict | None], None]] = []  # (type, obj, old) after every write
         self.evicted_uids: set[str] = set()  # pods the Eviction API deleted (until someone takes note)
         self.keep_history = history  # off when no client will resume a watch (karpy simulate)
         self.history_limit: int | None = None  # watch events kept per kind (None: the module's HISTORY)
+        self.pod_admission: Callable[[dict], dict] | None = None  # more admission for new pods (karpy sandbox's)
         self._event_seq = 0
 
     # --- reading -----------------------------------------------------------------------------
@@ -244,6 +246,7 @@ class MemoryAPI:
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-8{h[17:20]}-{h[20:32]}"
 
     def _emit(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
+        self.kind_rv[kind] = self._rv
         if self.keep_history:
             rv = int(_meta(obj).get("resourceVersion") or self._rv)
             hist = self._history.get(kind)
@@ -267,7 +270,12 @@ class MemoryAPI:
             self._event_seq += 1
             return f"{involved}.{self._event_seq:x}"
 
-    def create(self, obj: dict, namespace: str | None = None) -> dict:
+    def new_uid(self, kind: str, namespace: str, name: str) -> str:
+        """A uid for an object about to be created (one that must name itself, as a Job's selector does)."""
+        with self._lock:
+            return self._uid(kind, namespace, name)
+
+    def create(self, obj: dict, namespace: str | None = None, uid: str | None = None) -> dict:
         kind = obj.get("kind")
         if not kind or kind not in BY_KIND:
             raise E.BadRequest(f"unknown kind {kind!r}")
@@ -296,10 +304,13 @@ class MemoryAPI:
                 meta["namespace"] = ns
             else:
                 meta.pop("namespace", None)
-            meta["uid"] = self._uid(kind, ns, name)
+            meta["uid"] = uid or self._uid(kind, ns, name)
             meta["resourceVersion"] = str(self._next_rv())
             meta["creationTimestamp"] = fmt_time(self.clock.now())
-            meta["generation"] = 1
+            if kind in GENERATION_KINDS:
+                meta["generation"] = 1
+            else:
+                meta.pop("generation", None)
             meta.pop("deletionTimestamp", None)
             new = dict(obj)
             new["metadata"] = meta
@@ -381,11 +392,14 @@ class MemoryAPI:
                 nm["deletionTimestamp"] = om["deletionTimestamp"]
             else:
                 nm.pop("deletionTimestamp", None)
-            nm["generation"] = om.get("generation", 1)
-            spec_changed = any(out.get(k) != old.get(k) for k in set(out) | set(old)
-                               if k not in ("metadata", "status", "apiVersion", "kind"))
-            if spec_changed:
-                nm["generation"] = int(om.get("generation", 1)) + 1
+            if kind in GENERATION_KINDS:
+                nm["generation"] = om.get("generation", 1)
+                spec_changed = any(out.get(k) != old.get(k) for k in set(out) | set(old)
+                                   if k not in ("metadata", "status", "apiVersion", "kind"))
+                if spec_changed:
+                    nm["generation"] = int(om.get("generation", 1)) + 1
+            else:
+                nm.pop("generation", None)
         out["metadata"] = nm
         if (subresource == "status" and out.get("status") == old.get("status")) or \
                 (subresource != "status" and _same(out, old)):
@@ -411,17 +425,79 @@ class MemoryAPI:
                             "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
                             kind="Pod", name=_meta(old)["name"])
 
+    def _check_preconditions(self, kind: str, name: str, om: dict, preconditions: dict | None) -> None:
+        if preconditions:
+            if preconditions.get("uid") and preconditions["uid"] != om.get("uid"):
+                raise E.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object "
+                                 f"meta: {om.get('uid')}", kind=_plural(kind), name=name)
+            if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != om.get("resourceVersion"):
+                raise E.Conflict("Precondition failed: resourceVersion", kind=_plural(kind), name=name)
+
+    def _mark(self, kind: str, old: dict, when: float, grace: int | None, status: dict | None = None) -> dict:
+        """Store ``old`` marked for deletion (deletionTimestamp ``when``, the grace period if given, generation
+        + 1 the first time), emitting MODIFIED."""
+        om = _meta(old)
+        nm = dict(om)
+        first = not om.get("deletionTimestamp")
+        nm["deletionTimestamp"] = fmt_time(when)
+        if grace is not None:
+            nm["deletionGracePeriodSeconds"] = grace
+        if first and "generation" in om:
+            nm["generation"] = int(om["generation"]) + 1
+        nm["resourceVersion"] = str(self._next_rv())
+        out = dict(old)
+        out["metadata"] = nm
+        if status is not None:
+            out["status"] = status
+        ns = om.get("namespace", "") if is_namespaced(kind) else ""
+        self._objects[kind][(ns, om["name"])] = out
+        self._emit(kind, MODIFIED, out, old)
+        return out
+
+    def delete_gracefully(self, name: str, namespace: str, grace: int | None = None,
+                          preconditions: dict | None = None) -> dict:
+        """A client's DELETE of a pod, as kube-apiserver and a kubelet play it: the pod is marked with a
+        deletionTimestamp its grace period ahead (at once for a pod on no node, or finished), which is what the
+        DELETE answers; the kubelet stops it (at once here), marks it with a grace period of 0, and it goes."""
+        with self._lock:
+            old = self.get("Pod", name, namespace)
+            om = _meta(old)
+            self._check_preconditions("Pod", name, om, preconditions)
+            if om.get("deletionTimestamp"):
+                return old
+            spec, phase = old.get("spec") or {}, (old.get("status") or {}).get("phase")
+            if grace is None:
+                grace = int(spec.get("terminationGracePeriodSeconds", 30) or 0)
+            if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+                grace = 0
+            now = self.clock.now()
+            marked = self._mark("Pod", old, now + grace, grace)
+            last = marked
+            if grace > 0:
+                last = self._mark("Pod", marked, now, 0)
+            if not om.get("finalizers"):
+                ns = om.get("namespace", "") or "default"
+                self._remove("Pod", ns, name, last, last)
+            return marked
+
+    def mark_terminating(self, kind: str, name: str, namespace: str = "", status: dict | None = None) -> dict:
+        """Mark an object for deletion without removing it (a Namespace while its contents go)."""
+        with self._lock:
+            return self._mark(kind, self.get(kind, name, namespace), self.clock.now(), None, status)
+
+    def remove(self, kind: str, name: str, namespace: str = "") -> dict:
+        """Remove an object at once (what a controller does once its finalizing work is done)."""
+        with self._lock:
+            old = self.get(kind, name, namespace)
+            ns = _meta(old).get("namespace", "") if is_namespaced(kind) else ""
+            return self._remove(kind, ns, name, old, old)
+
     def delete(self, kind: str, name: str, namespace: str = "", propagation: str | None = None,
                preconditions: dict | None = None, grace_period_seconds: int | None = None) -> dict | None:
         with self._lock:
             old = self.get(kind, name, namespace)
             om = _meta(old)
-            if preconditions:
-                if preconditions.get("uid") and preconditions["uid"] != om.get("uid"):
-                    raise E.Conflict(f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object "
-                                     f"meta: {om.get('uid')}", kind=_plural(kind), name=name)
-                if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != om.get("resourceVersion"):
-                    raise E.Conflict("Precondition failed: resourceVersion", kind=_plural(kind), name=name)
+            self._check_preconditions(kind, name, om, preconditions)
             ns = om.get("namespace", "") if is_namespaced(kind) else ""
             if om.get("finalizers"):
                 if om.get("deletionTimestamp"):
@@ -439,10 +515,13 @@ class MemoryAPI:
                 if propagation == "Orphan":
                     self._orphan(om.get("uid"))
                 return out
-            nm = dict(om)
-            nm["deletionTimestamp"] = fmt_time(self.clock.now())
-            out = dict(old)
-            out["metadata"] = nm
+            out = old
+            if kind == "Pod":  # a pod's deletion is always graceful: it goes with a deletionTimestamp
+                nm = dict(om)
+                nm["deletionTimestamp"] = fmt_time(self.clock.now())
+                nm.setdefault("deletionGracePeriodSeconds", 0)
+                out = dict(old)
+                out["metadata"] = nm
             return self._remove(kind, ns, name, old, out, propagation)
 
     def _remove(self, kind: str, ns: str, name: str, old: dict, last: dict, propagation: str | None = None) -> dict:
@@ -520,6 +599,8 @@ class MemoryAPI:
             pc = pcs.get(("", pc_name))
             if pc is not None:
                 priority = int(pc.get("value") or 0)
+                if not spec.get("preemptionPolicy") and pc.get("preemptionPolicy"):
+                    changed["preemptionPolicy"] = pc["preemptionPolicy"]
             elif pc_name in ("system-cluster-critical", "system-node-critical"):
                 priority = 2000000000 if pc_name == "system-cluster-critical" else 2000001000
         else:
@@ -543,6 +624,8 @@ class MemoryAPI:
         if changed:
             pod = dict(pod)
             pod["spec"] = {**spec, **changed}
+        if self.pod_admission is not None:
+            pod = self.pod_admission(pod)
         return pod
 
     # --- subresources --------------------------------------------------------------------------

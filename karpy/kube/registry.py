@@ -82,6 +82,9 @@ BY_GROUP_PLURAL: dict[tuple[str, str], ResourceType] = {(t.group, t.plural): t f
 
 NODECLASS_KINDS = frozenset({"AKSNodeClass", "EC2NodeClass", "KWOKNodeClass"})
 CRD_KINDS = NODECLASS_KINDS | {"NodePool", "NodeClaim"}
+# the kinds whose objects carry metadata.generation (kube-apiserver sets it for these only; custom resources too)
+GENERATION_KINDS = CRD_KINDS | {"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job",
+                                "PodDisruptionBudget", "PriorityClass", "CustomResourceDefinition"}
 
 
 def resource_type(kind: str) -> ResourceType:

@@ -154,16 +154,21 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
     from .runtime import Sandbox
     from .server import HTTPServer
 
-    box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
-                  log_stream=sys.stdout, watch_history=watch_history)
-    rest = RestAPI(box.api, box.lock, box.clock)
     certs = None
+    ca_pem = None
     if not tls_cert and not plain_http:  # loopback: HTTPS with a CA of this run, as kind does
         from .tls import generate
 
         certs = generate(address)
         atexit.register(certs.remove)
         tls_cert, tls_key = certs.cert_file, certs.key_file
+        ca_pem = certs.ca_pem.decode()
+    elif tls_cert:
+        with open(tls_cert) as f:
+            ca_pem = f.read()
+    box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
+                  log_stream=sys.stdout, watch_history=watch_history, ca_pem=ca_pem)
+    rest = RestAPI(box.api, box.lock, box.clock, ca_pem=ca_pem)
     try:
         server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token,
                             **({"handshake_timeout": handshake_timeout} if handshake_timeout else {}))
@@ -172,6 +177,7 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
     except OSError as e:
         _fail(f"cannot listen on {address}:{port}: {e.strerror or e}")
     rest.server_address = f"{address}:{server.port}"
+    box.serve_on(server.port)
     if certs is not None:
         text = kubeconfig_text(server.url, token=token, ca_pem=certs.ca_pem, client_cert_pem=certs.client_cert_pem,
                                client_key_pem=certs.client_key_pem)

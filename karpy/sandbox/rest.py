@@ -62,6 +62,7 @@ from ..kube.registry import BY_KIND
 from ..kube.times import fmt_time
 from ..kube.selectors import escape_field_value, field_selector_terms, selector_to_string
 from . import discovery as D
+from . import admission as A
 from . import fields as F
 from . import protobuf as P
 from . import tables as T
@@ -151,10 +152,16 @@ def _event_from_v1(ev: dict) -> dict:
 
 class RestAPI:
     def __init__(self, api: MemoryAPI, lock: threading.RLock, clock: Any, *, stopping: threading.Event | None = None,
-                 ready: Callable[[], bool] | None = None, server_address: str = "127.0.0.1:6443"):
+                 ready: Callable[[], bool] | None = None, server_address: str = "127.0.0.1:6443",
+                 ca_pem: str | None = None):
         self.api = api
         self.lock = lock
         self.clock = clock
+        self.ca_pem = ca_pem  # the CA the kube-root-ca.crt ConfigMap of each namespace holds
+        self.service_ips = A.ServiceIPs()
+        with lock:
+            for svc in api.all("Service"):
+                self.service_ips.note(svc)
         self.stopping = stopping or threading.Event()
         self.ready = ready or (lambda: True)
         self.server_address = server_address
@@ -325,7 +332,11 @@ class RestAPI:
                                f"({s.api_version})")
         obj["apiVersion"] = s.api_version if s.view != "events.k8s.io" else "v1"
         meta = obj.get("metadata")
-        obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        for k in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if k in meta and meta[k] in ({}, [], None):
+                del meta[k]  # empty, they are not written (omitempty)
+        obj["metadata"] = meta
         return obj
 
     # --- resources ----------------------------------------------------------------------------------
@@ -423,7 +434,9 @@ class RestAPI:
             else:  # an exact resourceVersion (or a page of a list at one, as etcd serves it)
                 at = int(rv)
                 if at > int(self.api.resource_version):
-                    raise E.ApiError("etcdserver: mvcc: required revision is a future revision")
+                    e = E.ApiError("etcdserver: mvcc: required revision is a future revision")
+                    e.reason = ""  # etcd's error, passed on as kube-apiserver does: a 500 without a reason
+                    raise e
                 items = self._snapshot(s.kind, at, ns, ls, fs, too_old="The resourceVersion for the provided list is too old.")
                 list_rv = str(at)
         items = sorted(items, key=_list_key)
@@ -510,7 +523,8 @@ class RestAPI:
                 status = e.status()
                 return Response(200, stream=iter([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"]),
                                 content_type="application/json")
-            start_rv = self.api.resource_version
+            # where the watch stands: the resourceVersion it asked for, else the kind's latest change
+            start_rv = rv if rv not in ("", "0") else str(self.api.kind_rv.get(s.kind, 0))
         with self._watches_lock:
             self._watches.add(w)
         table = self._table_for(s) if fmt == "Table" else None
@@ -547,7 +561,12 @@ class RestAPI:
                         return
                     if bookmarks and next_mark is not None and now >= next_mark:
                         next_mark = _next_bookmark(now + 1.0, deadline)
-                        yield bookmark(max(last_rv, self.api.resource_version, key=lambda x: int(x or 0)))
+                        # a bookmark only moves a watch on: the kind changed since what it last saw (in events
+                        # that did not match its selectors, say), as kube-apiserver's watch cache sends them
+                        latest = self.api.kind_rv.get(s.kind, 0)
+                        if latest > int(last_rv or 0):
+                            last_rv = str(latest)
+                            yield bookmark(last_rv)
                         continue
                     wait = min(1.0, left, max(0.0, next_mark - now) if bookmarks and next_mark is not None else 1.0)
                     ev = w.next(timeout=wait)
@@ -598,18 +617,86 @@ class RestAPI:
                     raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
                 meta["name"] = self._generate_name(s.kind, meta.get("namespace", ""), prefix)
             obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
-            if s.kind == "Namespace":
-                obj = dict(obj)
-                obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
-                obj["status"] = {"phase": "Active"}
+            obj = self._defaults(s, obj, None)
             obj = self._track(s, None, obj, _manager(query, headers))
+            obj = self._strategy_on_create(s, obj)
             if dry:
                 if self.api.try_get(s.kind, meta["name"], meta.get("namespace", "")) is not None:
                     raise E.AlreadyExists(f'{_resource(s)} "{meta["name"]}" already exists', kind=s.plural,
                                           name=meta["name"], group=s.group)
-                return Response(201, self._out(s, obj))
-            created = self.api.create(obj)
+                return Response(201, self._out(s, self._dry_created(obj)))
+            created = self._store_new(s, obj)
         return self._render_one(s, created, headers, 201)
+
+    def _defaults(self, s: D.Served, obj: dict, old: dict | None) -> dict:
+        """The defaults kube-apiserver's decoder gives a kind karpy's validation leaves alone (its field manager
+        owns these)."""
+        if s.view == "events.k8s.io":
+            return obj
+        if s.kind in ("ConfigMap", "Secret"):
+            obj = {k: v for k, v in obj.items() if k not in ("data", "binaryData", "stringData") or v}
+            return A.default_secret(obj) if s.kind == "Secret" else obj
+        if s.kind == "Event":
+            io_ns = (obj.get("involvedObject") or {}).get("namespace")
+            if io_ns and io_ns != _meta(obj).get("namespace"):
+                raise _invalid("Event", "", r_name(obj), [("involvedObject.namespace", f'Invalid value: "{io_ns}": '
+                                                                                    "does not match event.namespace")])
+            return A.default_event(obj)
+        if (s.kind == "Pod" and old is None) or s.kind == "Job":
+            obj = dict(obj)
+            obj["spec"] = {**(obj.get("spec") or {})}
+            obj["spec"].setdefault("enableServiceLinks" if s.kind == "Pod" else "manualSelector",
+                                   True if s.kind == "Pod" else False)
+        return obj
+
+    def _strategy_on_create(self, s: D.Served, obj: dict) -> dict:
+        """What kube-apiserver's strategy and admission set after its field manager has seen the object."""
+        if s.kind == "Namespace":
+            obj = dict(obj)
+            obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
+            obj["status"] = {"phase": "Active"}
+        elif s.kind == "Service":
+            obj = A.default_service(obj, self.service_ips)
+        elif s.kind == "DaemonSet":
+            obj = A.default_daemonset(obj, None)
+        elif s.kind == "Node":
+            obj = A.taint_new_node(obj)
+        elif s.kind == "Job":
+            obj = _job_labels(obj)
+        if "status" in s.type.subresources and "status" not in obj:
+            zero = F.empty_object(s.kind, _expect(s) is None).get("status")
+            if zero is not None:
+                obj = dict(obj)
+                obj["status"] = zero
+        return obj
+
+    def _store_new(self, s: D.Served, obj: dict) -> dict:
+        """Create the object in the store (a Job under the uid its selector names), and what comes with it."""
+        uid = None
+        if s.kind == "Job":
+            generated = _meta(obj).get("uid")
+            if generated:
+                m = _meta(obj)
+                uid = self.api.new_uid("Job", m.get("namespace", ""), m.get("name", ""))
+                obj = json.loads(json.dumps(obj).replace(generated, uid))
+        created = self.api.create(obj, uid=uid)
+        if s.kind == "Namespace":
+            self.populate_namespace(_meta(created)["name"])
+        return created
+
+    def populate_namespace(self, ns: str) -> None:
+        """The ServiceAccount and ConfigMap kube-controller-manager puts in each namespace."""
+        for o in A.namespace_objects(ns, self.ca_pem):
+            if self.api.try_get(o["kind"], o["metadata"]["name"], ns) is None:
+                self.api.create(o)
+
+    def _dry_created(self, obj: dict) -> dict:
+        """A dry-run create's answer: the object with the uid and creationTimestamp it would have had (and no
+        resourceVersion, since nothing was written)."""
+        m = _meta(obj)
+        return {**obj, "metadata": {**m, "uid": self.api.new_uid(str(obj.get("kind")), m.get("namespace", ""),
+                                                                   m.get("name", "")),
+                                    "creationTimestamp": fmt_time(self.clock.now())}}
 
     def _generate_name(self, kind: str, ns: str, prefix: str) -> str:
         while True:
@@ -701,6 +788,7 @@ class RestAPI:
                         meta.pop(k, None)
                 meta.setdefault("resourceVersion", _meta(cur).get("resourceVersion"))
                 validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
+                validated = self._strategy_on_update(s, self._defaults(s, validated, cur), cur)
                 validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager,
                                         sent=meta.get("managedFields", MISSING_FIELD))
                 if dry:
@@ -752,6 +840,7 @@ class RestAPI:
                 out = self.api.update(new, subresource="status")
             else:
                 validated = self._validate(s, new, cur, query.get("fieldValidation", ""))
+                validated = self._strategy_on_update(s, self._defaults(s, validated, cur), cur)
                 validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager, sent=sent)
                 if dry:
                     return Response(200, self._out(s, validated))
@@ -845,7 +934,8 @@ class RestAPI:
                 res = self.api.update(new, subresource="status")
             else:
                 validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
-                validated = self._as_stored(s, cur, validated, None)
+                validated = self._as_stored(s, cur, self._strategy_on_update(s, self._defaults(s, validated, cur),
+                                                                             cur), None)
                 if dry:
                     return Response(200, self._out(s, validated))
                 res = self.api.update(validated)
@@ -862,13 +952,10 @@ class RestAPI:
         if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
-        if s.kind == "Namespace":
-            obj = dict(obj)
-            obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
-            obj["status"] = {"phase": "Active"}
+        obj = self._strategy_on_create(s, self._defaults(s, obj, None))
         if dry:
-            return Response(201, self._out(s, obj))
-        return self._render_one(s, self.api.create(obj), headers, 201)
+            return Response(201, self._out(s, self._dry_created(obj)))
+        return self._render_one(s, self._store_new(s, obj), headers, 201)
 
     # --- field managers ---------------------------------------------------------------------------------
     def _shape(self, s: D.Served) -> F.Shape:
@@ -888,6 +975,13 @@ class RestAPI:
         if "status" in s.type.subresources:
             return {p for p in paths if p[:1] != ("f:status",)}
         return paths
+
+    def _strategy_on_update(self, s: D.Served, obj: dict, cur: dict) -> dict:
+        if s.kind == "Service":
+            return A.default_service(obj, self.service_ips, cur)
+        if s.kind == "DaemonSet":
+            return A.default_daemonset(obj, cur)
+        return obj
 
     def _status_write(self, s: D.Served, cur: dict, new: dict, query: dict) -> dict:
         """A write of the status subresource as the store will keep it; a custom resource's status is validated
@@ -1063,8 +1157,11 @@ class RestAPI:
         opts = _parse_body(body, headers, expect=("v1", "DeleteOptions")) if body and body.strip() else {}
         if not isinstance(opts, dict):
             opts = {}
+        grace = opts.get("gracePeriodSeconds")
+        if grace is None and query.get("gracePeriodSeconds"):
+            grace = _go_int(query["gracePeriodSeconds"])
         out = {"propagation": opts.get("propagationPolicy") or query.get("propagationPolicy"),
-               "preconditions": opts.get("preconditions"),
+               "preconditions": opts.get("preconditions"), "grace": grace if isinstance(grace, int) else None,
                "dry": "All" in (opts.get("dryRun") or []) or _dry_run(query)}
         orphan = opts.get("orphanDependents")
         if orphan is None and "orphanDependents" in query:
@@ -1076,17 +1173,54 @@ class RestAPI:
         return out
 
     def _delete(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
+        """A DELETE as kube-apiserver answers it: the object when the kind returns it (Pods, Services, ...) or it
+        is still there (finalizers, an orphan or foreground deletion), else a Status naming what went."""
         s = r.served
         o = self._delete_options(query, body, headers)
+        propagation = o["propagation"]
+        if propagation is None and s.kind == "Job":
+            propagation = "Orphan"  # batch/v1 Jobs orphan their pods unless told otherwise
+        ns = self._ns(r)
         with self.lock:
-            cur = self.api.get(s.kind, r.name, self._ns(r))
+            cur = self.api.get(s.kind, r.name, ns)
+            if s.kind == "Namespace" and r.name in SYSTEM_NAMESPACES:
+                raise E.Forbidden(f'namespaces "{r.name}" is forbidden: this namespace may not be deleted',
+                                  kind="namespaces", name=r.name)
+            marker = {"Orphan": "orphan", "Foreground": "foregroundDeletion"}.get(propagation or "")
             if o["dry"]:
-                return Response(200, self._out(s, cur))
+                if s.kind in RETURNS_DELETED or marker or _meta(cur).get("finalizers"):
+                    return self._render_one(s, cur, headers)
+                return Response(200, _deleted_status(s, cur))
+            if s.kind == "Pod":
+                return self._render_one(s, self.api.delete_gracefully(r.name, ns, o["grace"], o["preconditions"]),
+                                        headers)
             if s.kind == "Namespace":
+                if _meta(cur).get("deletionTimestamp"):
+                    return self._render_one(s, cur, headers)
+                marked = self.api.mark_terminating("Namespace", r.name, status={**(cur.get("status") or {}),
+                                                                                "phase": "Terminating"})
                 self._delete_namespace_contents(r.name)
-            out = self.api.delete(s.kind, r.name, self._ns(r), propagation=o["propagation"],
-                                  preconditions=o["preconditions"])
-        return self._render_one(s, out or cur, headers)
+                self.api.remove("Namespace", r.name)
+                return self._render_one(s, marked, headers)
+            if s.kind == "Service":
+                self.service_ips.forget(cur)
+            out = self.api.delete(s.kind, r.name, ns, propagation=propagation, preconditions=o["preconditions"])
+            still = self.api.try_get(s.kind, r.name, ns)
+        if still is not None:
+            return self._render_one(s, still, headers)
+        if marker:
+            # kube-apiserver keeps the object until the garbage collector has orphaned (or deleted) its dependents,
+            # which here happened already: the answer is the object as it was marked
+            m = dict(_meta(cur))
+            m["deletionTimestamp"] = fmt_time(self.clock.now())
+            m["deletionGracePeriodSeconds"] = 0
+            m["finalizers"] = list(m.get("finalizers") or ()) + [marker]
+            if "generation" in m:
+                m["generation"] = int(m["generation"]) + 1
+            return self._render_one(s, {**cur, "metadata": m}, headers)
+        if s.kind in RETURNS_DELETED:
+            return self._render_one(s, out or cur, headers)
+        return Response(200, _deleted_status(s, cur))
 
     def _delete_namespace_contents(self, ns: str) -> None:
         if ns in SYSTEM_NAMESPACES:
@@ -1097,6 +1231,8 @@ class RestAPI:
                 continue
             items, _ = self.api.list(t.kind, ns)
             for o in items:
+                if t.kind == "Service":
+                    self.service_ips.forget(o)
                 try:
                     self.api.delete(t.kind, _meta(o)["name"], ns)
                 except E.NotFound:
@@ -1443,6 +1579,32 @@ def _list_options(query: dict, watch: bool) -> dict:
     if cont and not watch:
         parsed_cont = _parse_continue(cont)
     return {"rv": rv, "match": match, "limit": limit, "timeout": timeout, "continue": parsed_cont}
+
+
+# the kinds whose DELETE answers with the object rather than a Status (kube-apiserver's ReturnDeletedObject)
+RETURNS_DELETED = frozenset({"Pod", "Service", "ServiceAccount", "Namespace", "PersistentVolumeClaim",
+                             "PersistentVolume", "StorageClass"})
+
+
+def _deleted_status(s: D.Served, obj: dict) -> dict:
+    details: dict[str, Any] = {"name": _meta(obj).get("name")}
+    if s.group:
+        details["group"] = s.group
+    details["kind"] = s.plural
+    details["uid"] = _meta(obj).get("uid")
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _job_labels(job: dict) -> dict:
+    """A Job without labels takes its pod template's (the job-name and controller-uid ones among them); its
+    selector is generated unless manualSelector says otherwise."""
+    meta = _meta(job)
+    spec = job.get("spec") or {}
+    tlabels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    out = dict(job)
+    if not meta.get("labels") and tlabels:
+        out["metadata"] = {**meta, "labels": dict(tlabels)}
+    return out
 
 
 def r_name(obj: dict) -> str:

@@ -27,6 +27,7 @@ from ..kube.registry import is_namespaced
 from ..runtime.clock import RealClock
 from ..runtime.log import Logger
 from ..simulator.sim import Simulation, _clean
+from .admission import admit_pod, default_secret, kubernetes_service, namespace_objects
 from .crds import installed_crds
 from .rest import SYSTEM_NAMESPACES
 from .status import WorkloadStatus
@@ -37,7 +38,7 @@ MAX_WAIT = 0.5  # wall seconds the loop sleeps at most (it wakes earlier for tim
 class Sandbox:
     def __init__(self, documents: Iterable[Any] = (), *, region: str | None = None, speed: float = 1.0,
                  karpenter: bool = True, log_level: str = "info", log_stream: TextIO | None = None,
-                 watch_history: int | None = None, err: TextIO | None = None):
+                 watch_history: int | None = None, err: TextIO | None = None, ca_pem: str | None = None):
         self.err = err or sys.stderr
         self.clock = RealClock(speed=speed)
         self.lock = threading.RLock()
@@ -49,6 +50,8 @@ class Sandbox:
         self.sim = Simulation([], region=region, clock=self.clock, history=True, karpenter=karpenter, strict=False,
                               log=self.log)
         self.api = self.sim.api
+        self.api.pod_admission = admit_pod
+        self.ca_pem = ca_pem
         if watch_history is not None:
             self.api.history_limit = int(watch_history)
         self.mgr = self.sim.mgr
@@ -73,25 +76,43 @@ class Sandbox:
     # --- contents -------------------------------------------------------------------------------------
     def _install(self) -> None:
         for ns in SYSTEM_NAMESPACES:
-            if self.api.try_get("Namespace", ns) is None:
-                self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
-                                 "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+            self._namespace(ns)
         for crd in installed_crds():
             if self.api.try_get("CustomResourceDefinition", crd["metadata"]["name"]) is None:
                 self.api.create(crd)
+
+    def _namespace(self, name: str, obj: dict | None = None) -> None:
+        """A namespace (as given, or a plain one) and what kube-controller-manager puts in each."""
+        if self.api.try_get("Namespace", name) is None:
+            ns = _clean(obj) if obj is not None else {"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": name}}
+            ns["metadata"] = {**ns.get("metadata", {}),
+                              "labels": {**(ns.get("metadata", {}).get("labels") or {}),
+                                         "kubernetes.io/metadata.name": name}}
+            ns["spec"] = {"finalizers": ["kubernetes"], **(ns.get("spec") or {})}
+            ns["status"] = {"phase": "Active"}
+            self.api.create(ns)
+        for o in namespace_objects(name, self.ca_pem):
+            if self.api.try_get(o["kind"], o["metadata"]["name"], name) is None:
+                self.api.create(o)
+
+    def serve_on(self, port: int) -> None:
+        """The Service ``default/kubernetes`` in front of the API server, once it listens on ``port``."""
+        with self.lock:
+            if self.api.try_get("Service", "kubernetes", "default") is None:
+                self.api.create(kubernetes_service(port))
 
     def apply(self, obj: dict) -> None:
         """Create or replace an object (as ``kubectl apply`` leaves it), creating its namespace if missing."""
         with self.lock:
             kind = obj.get("kind", "")
             if is_namespaced(kind):
-                ns = (obj.get("metadata") or {}).get("namespace") or "default"
-                if self.api.try_get("Namespace", ns) is None:
-                    self.api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns},
-                                     "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+                self._namespace((obj.get("metadata") or {}).get("namespace") or "default")
             if kind == "Namespace":
-                obj = _clean(obj)
-                obj.setdefault("status", {"phase": "Active"})
+                self._namespace((obj.get("metadata") or {}).get("name") or "", obj)
+                return
+            if kind == "Secret":
+                obj = default_secret(obj)
             self.sim.apply(obj)
 
     # --- the loop -----------------------------------------------------------------------------------

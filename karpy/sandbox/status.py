@@ -14,7 +14,8 @@ keeps:
 * Jobs: ``active``, ``ready`` and ``startTime`` (the world's Job controller
   writes ``succeeded`` and completion);
 * Nodes: ``status.nodeInfo`` (kubelet version, OS, architecture) and an
-  ``InternalIP`` address the first time they are seen without one.
+  ``InternalIP`` address the first time they are seen without one, and the
+  ``node.kubernetes.io/not-ready`` taint taken off once they are Ready.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..kube.port import DELETED
 from ..kube.times import fmt_time
 from ..runtime.manager import Manager, deleting
 from ..state import pods as P
+from .admission import NOT_READY
 from .discovery import VERSION_INFO
 
 OWNER_KINDS = ("ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment")
@@ -91,7 +93,7 @@ class WorkloadStatus:
                 self._enqueue_uid(r.get("uid", ""))
 
     def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
-        if etype != DELETED and not (obj.get("status") or {}).get("nodeInfo"):
+        if etype != DELETED and (not (obj.get("status") or {}).get("nodeInfo") or _ready_but_tainted(obj)):
             self.mgr.enqueue(self, ("Node", "", obj["metadata"]["name"]))
 
     # --- reconcile ------------------------------------------------------------------------------------
@@ -201,8 +203,17 @@ class WorkloadStatus:
         return _drop_zero(st, ("readyReplicas", "availableReplicas", "updatedReplicas"))
 
     def _node(self, node: dict) -> None:
-        labels = node["metadata"].get("labels") or {}
         name = node["metadata"]["name"]
+        if _ready_but_tainted(node):
+            # the node lifecycle controller takes the not-ready taint off a node that turned Ready
+            taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != NOT_READY]
+            try:
+                node = self.api.patch("Node", name, {"spec": {"taints": taints or None}})
+            except E.NotFound:
+                return
+        if (node.get("status") or {}).get("nodeInfo"):
+            return
+        labels = node["metadata"].get("labels") or {}
         info = {"kubeletVersion": VERSION_INFO["gitVersion"].split("-")[0], "kubeProxyVersion": "",
                 "operatingSystem": labels.get("kubernetes.io/os", "linux"),
                 "architecture": labels.get("kubernetes.io/arch", "amd64"),
@@ -217,6 +228,13 @@ class WorkloadStatus:
             self.api.patch("Node", name, {"status": st}, subresource="status")
         except E.NotFound:
             pass
+
+
+def _ready_but_tainted(node: dict) -> bool:
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (node.get("status") or {}).get("conditions") or ())
+    return ready and any(t.get("key") == NOT_READY and t.get("effect") == "NoSchedule"
+                         for t in (node.get("spec") or {}).get("taints") or ())
 
 
 def _gen(obj: dict | None) -> int:

@@ -58,15 +58,26 @@ def rv(obj: dict) -> int:
 
 
 def test_create_sets_server_fields(api, clock):
-    """uid, resourceVersion, creationTimestamp (from the clock), generation 1, namespace defaulted."""
+    """uid, resourceVersion, creationTimestamp (from the clock), generation 1 for the kinds that have one, namespace
+    defaulted."""
     clock.set(T0 + 42)
     obj = api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}})
     m = obj["metadata"]
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-8[0-9a-f]{3}-[0-9a-f]{12}", m["uid"])
     assert m["namespace"] == "default"
     assert m["creationTimestamp"] == fmt_time(T0 + 42)
-    assert m["generation"] == 1
+    assert "generation" not in m  # kube-apiserver gives ConfigMaps none (Pods, workloads, CRs have one)
     assert rv(obj) == int(api.resource_version)
+
+
+def test_generation_only_for_the_kinds_that_have_one(api):
+    pod = api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
+    assert pod["metadata"]["generation"] == 1
+    assert api.create(nodepool())["metadata"]["generation"] == 1
+    lease = api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"},
+                        "spec": {"holderIdentity": "a"}})
+    assert "generation" not in api.patch("Lease", "l", {"spec": {"holderIdentity": "b"}}, "default")["metadata"]
+    _ = lease
 
 
 def test_resource_version_is_one_counter_for_every_kind(api):
@@ -226,7 +237,9 @@ def test_delete_without_finalizers_removes_at_once(api):
     api.delete("ConfigMap", "a", "default")
     assert api.try_get("ConfigMap", "a", "default") is None
     (ev,) = w.poll()
-    assert ev.type == DELETED and ev.object["metadata"]["deletionTimestamp"]
+    # as kube-apiserver sends it: the last state at a new resourceVersion, with no deletionTimestamp (only a
+    # pod, whose deletion is always graceful, has one)
+    assert ev.type == DELETED and "deletionTimestamp" not in ev.object["metadata"]
 
 
 def test_finalizers_hold_a_deleted_object_until_removed(api, clock):

@@ -72,6 +72,16 @@ class Reply:
         return f"Reply({self.status}, {self.body!r})"
 
 
+class Watched:
+    def __init__(self, status: int, events: list[dict], ended_by_server: bool):
+        self.status = status
+        self.events = events
+        self.ended_by_server = ended_by_server
+
+    def names(self) -> list[tuple[str, str]]:
+        return [(e["type"], e["object"]["metadata"].get("name")) for e in self.events]
+
+
 class Server:
     """One API server as its kubeconfig describes it: raw HTTPS requests and watches, kubectl, clients."""
 
@@ -115,23 +125,23 @@ class Server:
         assert r.status == 200, (self.name, path, r)
         return r.body
 
-    def watch(self, path: str, *, until: Callable[[list[dict]], bool] | None = None, timeout: float = 30,
-              accept: str = "application/json", started: threading.Event | None = None) -> tuple[int, list[dict]]:
+    def watch(self, path: str, *, until: Callable[[list[dict]], bool] | None = None, timeout: float = 60,
+              accept: str = "application/json") -> "Watched":
         """The events of a watch, read until the server ends it, ``until(events)`` holds or ``timeout`` (wall
-        seconds, generous) passes. A refused watch answers (status, [Status])."""
+        seconds, generous) passes. A refused watch answers its Status as the only event."""
         c = self._conn(timeout)
         try:
             c.request("GET", path, headers={"Accept": accept, "User-Agent": "parity-probe/1.0"})
             r = c.getresponse()
-            if started is not None:
-                started.set()
             if r.status != 200:
-                return r.status, [json.loads(r.read())]
+                return Watched(r.status, [json.loads(r.read())], True)
             events: list[dict] = []
+            ended = False
             try:
                 while True:
                     line = r.readline()
                     if not line:
+                        ended = True
                         break
                     if line.strip():
                         events.append(json.loads(line))
@@ -139,9 +149,22 @@ class Server:
                         break
             except (TimeoutError, OSError):
                 pass
-            return r.status, events
+            return Watched(r.status, events, ended)
         finally:
             c.close()
+
+    def watch_in_background(self, path: str, **kw: Any) -> Callable[[], "Watched"]:
+        """Start a watch in a thread; the returned function waits for it and gives its result."""
+        box: list = []
+        t = threading.Thread(target=lambda: box.append(self.watch(path, **kw)), daemon=True)
+        t.start()
+
+        def result() -> Watched:
+            t.join(120)
+            assert box, f"[{self.name}] the watch {path} did not finish"
+            return box[0]
+
+        return result
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([kubectl_binary(), *args], env=self.env, cwd=self.home, input=stdin,
@@ -211,16 +234,22 @@ def norm(v: Any, names: dict[str, str] | None = None) -> Any:
             else:
                 out[norm(k, names) if isinstance(k, str) else k] = norm(x, names)
         return out
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return [norm(x, names) for x in v]
     if isinstance(v, str):
         return norm_text(v, names)
     return v
 
 
+PEM = re.compile(r"-----BEGIN CERTIFICATE-----[^-]*-----END CERTIFICATE-----\n?")
+TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]{5}")
+
+
 def norm_text(s: str, names: dict[str, str] | None = None) -> str:
     for real, stable in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
         s = s.replace(real, stable)
+    s = PEM.sub("<the cluster's CA>", s)
+    s = TOKEN_VOLUME.sub("kube-api-access-<generated>", s)
     s = UUID.sub("<uid>", s)
     s = TIME.sub("<time>", s)
     s = IPV4.sub("<ip>", s)
@@ -248,6 +277,32 @@ def status_body(r: Reply) -> dict:
         if len(parts) > 1 and sorted(listed.split(", ")) == sorted(", ".join(parts).split(", ")):
             b["message"] = f"{head} is invalid: [{', '.join(parts)}]"
     return b
+
+
+def same(real: Any, sandbox: Any, what: str = "") -> None:
+    """Assert the two views are equal once normalised (:func:`norm`), saying where they differ."""
+    real, sandbox = norm(real), norm(sandbox)
+    if real == sandbox:
+        return
+    diffs: list[str] = []
+
+    def walk(a: Any, b: Any, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in list(a) + [k for k in b if k not in a]:
+                if k not in b:
+                    diffs.append(f"{path}.{k}: only the real server: {a[k]!r}")
+                elif k not in a:
+                    diffs.append(f"{path}.{k}: only the sandbox: {b[k]!r}")
+                else:
+                    walk(a[k], b[k], f"{path}.{k}")
+        elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b)):
+                walk(x, y, f"{path}[{i}]")
+        elif a != b:
+            diffs.append(f"{path}:\n    real:    {a!r}\n    sandbox: {b!r}")
+
+    walk(real, sandbox, what)
+    raise AssertionError("the sandbox differs from kube-apiserver:\n" + "\n".join(diffs))
 
 
 def generated(name: str) -> str:
@@ -426,3 +481,230 @@ def test_errors(both):
         if _error_view(r) != _error_view(b):
             diffs.append((label, _error_view(r), _error_view(b)))
     assert not diffs, "\n\n".join(f"{label}:\n  real:    {r}\n  sandbox: {b}" for label, r, b in diffs)
+
+
+# --- list and watch ---------------------------------------------------------------------------------------
+
+MERGE = "application/merge-patch+json"
+
+
+def _labelled(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}
+
+
+def _names(lst: dict) -> list[str]:
+    return [i["metadata"]["name"] for i in lst["items"]]
+
+
+def _without_numbers(b: Any) -> Any:
+    """A Status whose message names resourceVersions (which differ between the servers)."""
+    b = norm(b)
+    if isinstance(b, dict) and isinstance(b.get("message"), str):
+        b["message"] = re.sub(r"\d+", "<n>", b["message"])
+    return b
+
+
+def test_list_and_watch_resource_versions(both):
+    ns = both.namespace("p-listwatch")
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def play(s: Server) -> dict:
+        for n in ("a", "b"):
+            s.create(base, _labelled(n, tier=n))
+        listed = s.get(base)
+        rv = listed["metadata"]["resourceVersion"]
+        out: dict[str, Any] = {
+            "list": _names(listed),
+            "the list's resourceVersion covers its items":
+                all(int(i["metadata"]["resourceVersion"]) <= int(rv) for i in listed["items"]),
+            "items of a built-in kind's list carry no kind": [sorted(set(i) & {"kind", "apiVersion"})
+                                                              for i in listed["items"]],
+        }
+        # a watch from the list's resourceVersion sees what changed after it, in order, and nothing before
+        result = s.watch_in_background(f"{base}?watch=true&resourceVersion={rv}&timeoutSeconds=60",
+                                       until=lambda evs: len(evs) >= 3)
+        s.create(base, _labelled("c"))
+        s.request("PATCH", f"{base}/a", {"data": {"k": "changed"}}, ctype=MERGE)
+        s.request("DELETE", f"{base}/b")
+        w = result()
+        out["watch from the list"] = w.names()
+        out["watched objects"] = [norm(e["object"]) for e in w.events]
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in w.events]
+        out["resourceVersions increase"] = rvs == sorted(rvs) and rvs[0] > int(rv)
+        # no resourceVersion, or 0: the current state first, as ADDED events
+        for q in ("resourceVersion=0", "resourceVersion="):
+            out[f"watch {q}"] = sorted(s.watch(f"{base}?watch=true&timeoutSeconds=2&{q}").names())
+        # lists at a resourceVersion
+        out["list at 0"] = _names(s.get(f"{base}?resourceVersion=0"))
+        exact = s.get(f"{base}?resourceVersion={rv}&resourceVersionMatch=Exact")
+        out["list exactly at the first list's"] = [(i["metadata"]["name"], i.get("data")) for i in exact["items"]]
+        out["its resourceVersion"] = exact["metadata"]["resourceVersion"] == rv
+        out["list not older than it"] = _names(s.get(f"{base}?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"))
+        current = int(s.get(base)["metadata"]["resourceVersion"])
+        future = s.request("GET", f"{base}?resourceVersion={current + 100000}")  # waits 3 s, then gives up
+        out["a resourceVersion not reached yet"] = (future.status, _without_numbers(future.body))
+        future_exact = s.request("GET", f"{base}?resourceVersion={current + 100000}&resourceVersionMatch=Exact")
+        out["exactly at one not reached yet"] = (future_exact.status, _without_numbers(future_exact.body))
+        return out
+
+    same(*both.each(play))
+
+
+def test_pagination(both):
+    ns = both.namespace("p-pages")
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def play(s: Server) -> dict:
+        for i in range(7):
+            s.create(base, _labelled(f"page-{i}", half="low" if i < 4 else "high"))
+        out: dict[str, Any] = {}
+        pages, token = [], None
+        while True:
+            lst = s.get(f"{base}?limit=3" + (f"&continue={token}" if token else ""))
+            m = lst["metadata"]
+            pages.append((_names(lst), m.get("remainingItemCount"), "continue" in m))
+            if len(pages) == 1:
+                s.create(base, _labelled("page-9"))  # made after the first page: the later pages do not show it
+            token = m.get("continue")
+            if not token:
+                break
+        out["pages"] = pages
+        sel = s.get(f"{base}?limit=2&labelSelector=half%3Dlow")
+        out["a page with a label selector"] = (_names(sel), "remainingItemCount" in sel["metadata"],
+                                              "continue" in sel["metadata"])
+        whole = s.get(f"{base}?limit=2&resourceVersion=0")  # served from the watch cache: the limit is ignored
+        out["limit with resourceVersion=0"] = (_names(whole), "continue" in whole["metadata"])
+        bad = s.request("GET", f"{base}?limit=2&continue=bm90LWEtdG9rZW4")
+        out["a continue token that is not one"] = (bad.status, bad.body["reason"],
+                                                   bad.body["message"].split(":")[0])
+        return out
+
+    same(*both.each(play))
+
+
+def _bookmark_shape(e: dict) -> Any:
+    o = e["object"]
+    return e["type"], tuple(sorted(o)), o.get("kind"), o.get("apiVersion"), tuple(sorted(o.get("metadata") or {})), \
+        (o.get("metadata") or {}).get("creationTimestamp", "absent")
+
+
+def test_watch_bookmarks_and_timeout(both):
+    """Bookmarks (when asked for) come 2 s before a watch times out, and only to move a watch on: when its kind
+    changed in ways the watch's selectors filtered out. The watch then ends by itself."""
+    ns = both.namespace("p-bookmarks")
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def play(s: Server) -> dict:
+        out = {}
+        for what, path, change in (
+                ("configmaps", f"{cms}?fieldSelector=metadata.name%3Dnone",
+                 lambda: s.create(cms, _labelled("filtered-out"))),
+                ("nodepools", "/apis/karpenter.sh/v1/nodepools?labelSelector=none%3Dnone",
+                 lambda: s.create("/apis/karpenter.sh/v1/nodepools", _nodepool(f"{ns}-filtered-out")))):
+            rv = s.get(path + "&limit=1")["metadata"]["resourceVersion"]
+            idle = s.watch(f"{path}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=4")
+            out[f"{what}, idle"] = (idle.status, idle.ended_by_server, idle.events)
+            result = s.watch_in_background(f"{path}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true"
+                                           "&timeoutSeconds=4")
+            change()
+            w = result()
+            out[f"{what}, moved on"] = (w.status, w.ended_by_server, bool(w.events),
+                                        {_bookmark_shape(e) for e in w.events},
+                                        all(int(e["object"]["metadata"]["resourceVersion"]) > int(rv) for e in w.events))
+        plain = s.watch(f"{cms}?watch=true&timeoutSeconds=2&fieldSelector=metadata.name%3Dnone")
+        out["no bookmarks unless asked"] = (plain.ended_by_server, plain.events)
+        return out
+
+    same(*both.each(play))
+
+
+def test_watch_selectors(both):
+    ns = both.namespace("p-selectors")
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def play(s: Server) -> dict:
+        rv = s.get(base)["metadata"]["resourceVersion"]
+        by_label = s.watch_in_background(f"{base}?watch=true&resourceVersion={rv}&labelSelector=tier%3Dx",
+                                         until=lambda evs: len(evs) >= 3)
+        by_field = s.watch_in_background(f"{base}?watch=true&resourceVersion={rv}&fieldSelector=metadata.name%3Dinside",
+                                         until=lambda evs: len(evs) >= 3)
+        s.create(base, _labelled("inside", tier="x"))  # label: ADDED
+        s.create(base, _labelled("outside", tier="y"))  # label: nothing
+        s.request("PATCH", f"{base}/outside", {"metadata": {"labels": {"tier": "x"}}}, ctype=MERGE)  # ADDED
+        s.request("PATCH", f"{base}/inside", {"metadata": {"labels": {"tier": "z"}}}, ctype=MERGE)  # DELETED
+        s.request("DELETE", f"{base}/inside")
+        return {"label selector": by_label().names(), "field selector": by_field().names(),
+                "listed by label": _names(s.get(f"{base}?labelSelector=tier%3Dx")),
+                "listed by set": _names(s.get(f"{base}?labelSelector=" + quote("tier in (x,y,z),!missing"))),
+                "listed by field": _names(s.get(f"{base}?fieldSelector=metadata.name%21%3Doutside"))}
+
+    same(*both.each(play))
+
+
+def test_watch_from_a_resource_version_too_old_is_410(both):
+    """The sandbox keeps 60 watch events per kind here (--watch-history); kube-apiserver's watch cache starts
+    when it starts, long after resourceVersion 1. Either way a watch from "1" is answered with an ERROR event
+    holding a 410 Expired Status, which clients take as the cue to list again."""
+    ns = both.namespace("p-too-old")
+    base = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def play(s: Server) -> Any:
+        for i in range(70):
+            s.create(base, _labelled(f"churn-{i}"))
+        w = s.watch(f"{base}?watch=true&resourceVersion=1&timeoutSeconds=10")
+        return w.status, [(e["type"], _without_numbers(e["object"])) for e in w.events], w.ended_by_server
+
+    same(*both.each(play))
+    assert r[1][0][1]["code"] == 410
+
+
+def _kubectl_watch(s: Server, args: list[str], act: Callable[[], None], lines: int) -> list[str]:
+    """kubectl run in the background (``get -w``), ``act`` done once its first output is there, and the
+    output once ``lines`` lines came (or 60 s passed); then the process is stopped."""
+    import queue
+
+    p = subprocess.Popen([kubectl_binary(), *args], env=s.env, cwd=s.home, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [q.put(line) for line in iter(p.stdout.readline, "")], daemon=True).start()
+    out: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        acted = False
+        while len(out) < lines and time.monotonic() < deadline:
+            try:
+                out.append(q.get(timeout=1).rstrip("\n"))
+            except Exception:  # noqa: BLE001 - queue.Empty: nothing yet
+                continue
+            if not acted and len(out) >= 2:
+                acted = True
+                act()
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return out
+
+
+def test_kubectl_get_watch(both):
+    ns = both.namespace("p-getw")
+
+    def play(s: Server) -> Any:
+        s.ok("-n", ns, "create", "configmap", "first", "--from-literal=a=b")
+
+        def act() -> None:
+            s.ok("-n", ns, "create", "configmap", "second", "--from-literal=a=b", "--from-literal=c=d")
+            s.ok("-n", ns, "label", "configmap", "first", "seen=yes")
+            s.ok("-n", ns, "delete", "configmap", "second")
+
+        plain = _kubectl_watch(s, ["-n", ns, "get", "configmaps", "-w", "--field-selector=metadata.name!=kube-root-ca.crt"],
+                               act, 5)
+        events = _kubectl_watch(s, ["-n", ns, "get", "configmaps", "-w", "--output-watch-events",
+                                    "--field-selector=metadata.name!=kube-root-ca.crt"],
+                                lambda: s.ok("-n", ns, "annotate", "configmap", "first", "note=x"), 3)
+        return table_lines("\n".join(plain)), table_lines("\n".join(events))
+
+    same(*both.each(play))

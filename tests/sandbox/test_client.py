@@ -31,7 +31,8 @@ def test_list_then_watch_from_resource_version(sandbox):
     _ns(api, "listwatch")
     v1.create_namespaced_config_map("listwatch", _cm("a"))
     listed = v1.list_namespaced_config_map("listwatch")
-    assert [c.metadata.name for c in listed.items] == ["a"]
+    # kube-root-ca.crt: kube-controller-manager puts one in every namespace
+    assert [c.metadata.name for c in listed.items] == ["a", "kube-root-ca.crt"]
     rv = listed.metadata.resource_version
     v1.create_namespaced_config_map("listwatch", _cm("b"))
     v1.patch_namespaced_config_map("a", "listwatch", {"data": {"k": "changed"}})
@@ -250,7 +251,7 @@ def test_binding_assigns_a_pod(bare):
 def test_raw_watch_stream_and_table(bare):
     # a watch that allows bookmarks gets one 2 seconds before it times out, as from kube-apiserver's watch cache
     req = urllib.request.Request(bare.url + "/api/v1/namespaces/preloaded/configmaps?watch=1&timeoutSeconds=3"
-                                 "&allowWatchBookmarks=true")
+                                 "&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dhello")
     with bare.urlopen(req, timeout=10) as r:
         assert r.headers["Transfer-Encoding"] == "chunked"
         lines = [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.error
 import urllib.request
 
@@ -411,6 +412,12 @@ def _comparable(obj: dict) -> dict:
     for k in ("uid", "resourceVersion", "creationTimestamp", "namespace", "managedFields"):
         meta.pop(k, None)
     obj.pop("status", None)
-    text = json.dumps(obj, sort_keys=True)
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Service":  # cluster IPs and node ports are allocated, one per Service
+        spec.pop("clusterIP", None)
+        spec.pop("clusterIPs", None)
+        for p in spec.get("ports") or ():
+            p.pop("nodePort", None)
+    text = re.sub(r"kube-api-access-[a-z0-9]{5}", "kube-api-access-*", json.dumps(obj, sort_keys=True))
     uid = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels", {}).get("batch.kubernetes.io/controller-uid")
     return json.loads(text.replace(uid, "UID")) if uid else json.loads(text)
