@@ -44,6 +44,11 @@ PRINTER_COLUMNS: dict[str, list[dict]] = {
     "KWOKNodeClass": [_AGE],
 }
 
+# the Age column of a CRD without printer columns, described as the built-in column it is
+_DEFAULT_AGE = {**_AGE, "description": "CreationTimestamp is a timestamp representing the server time when this "
+                                       "object was created."}
+
+
 def _from_api_module() -> list[dict] | None:
     """The full CRDs (schemas, printer columns, short names) of :func:`karpy.api.crds.crds`."""
     try:
@@ -105,8 +110,8 @@ def printer_columns(crd: dict | None, version: str, kind: str) -> list[dict]:
             if v.get("name") == version:
                 cols = v.get("additionalPrinterColumns")
                 if cols is not None:
-                    return list(cols) or [_AGE]
-                return [_AGE]
+                    return list(cols) or [_DEFAULT_AGE]
+                return [_DEFAULT_AGE]
         cols = (crd.get("spec") or {}).get("additionalPrinterColumns")
         if cols:
             return list(cols)

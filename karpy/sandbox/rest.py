@@ -663,6 +663,8 @@ class RestAPI:
             obj = A.taint_new_node(obj)
         elif s.kind == "Job":
             obj = _job_labels(obj)
+        elif s.kind == "PersistentVolumeClaim" or s.kind == "PersistentVolume":
+            obj = {**obj, "status": {"phase": "Pending"}}
         if "status" in s.type.subresources and "status" not in obj:
             zero = F.empty_object(s.kind, _expect(s) is None).get("status")
             if zero is not None:

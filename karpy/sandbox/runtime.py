@@ -32,6 +32,15 @@ from .crds import installed_crds
 from .rest import SYSTEM_NAMESPACES
 from .status import WorkloadStatus
 
+SYSTEM_PRIORITY_CLASSES = (
+    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "system-node-critical"},
+     "value": 2000001000, "preemptionPolicy": "PreemptLowerPriority",
+     "description": "Used for system critical pods that must not be moved from their current node."},
+    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "system-cluster-critical"},
+     "value": 2000000000, "preemptionPolicy": "PreemptLowerPriority",
+     "description": "Used for system critical pods that must run in the cluster, but can be moved to another node "
+                    "if necessary."},
+)
 MAX_WAIT = 0.5  # wall seconds the loop sleeps at most (it wakes earlier for timers and changes)
 
 
@@ -80,6 +89,9 @@ class Sandbox:
         for crd in installed_crds():
             if self.api.try_get("CustomResourceDefinition", crd["metadata"]["name"]) is None:
                 self.api.create(crd)
+        for pc in SYSTEM_PRIORITY_CLASSES:  # every cluster has these two
+            if self.api.try_get("PriorityClass", pc["metadata"]["name"]) is None:
+                self.api.create(dict(pc))
 
     def _namespace(self, name: str, obj: dict | None = None) -> None:
         """A namespace (as given, or a plain one) and what kube-controller-manager puts in each."""

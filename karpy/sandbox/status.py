@@ -155,7 +155,24 @@ class WorkloadStatus:
         active = [p for p in pods if not P.is_terminal(p)]
         st["active"] = len(active)
         st["ready"] = sum(1 for p in active if P.is_ready(p))
-        if not st.get("startTime"):
+        suspended = (job.get("spec") or {}).get("suspend") is True
+        conds = [c for c in st.get("conditions") or () if c.get("type") != "Suspended"]
+        prev = next((c for c in st.get("conditions") or () if c.get("type") == "Suspended"), None)
+        if suspended:
+            now = fmt_time(self.clock.now())
+            conds.append(prev if prev is not None and prev.get("status") == "True" else
+                         {"type": "Suspended", "status": "True", "lastProbeTime": now, "lastTransitionTime": now,
+                          "reason": "JobSuspended", "message": "Job suspended"})
+            st.pop("startTime", None)
+        elif prev is not None:
+            now = fmt_time(self.clock.now())
+            conds.append({"type": "Suspended", "status": "False", "lastProbeTime": now, "lastTransitionTime": now,
+                          "reason": "JobResumed", "message": "Job resumed"})
+        if conds:
+            st["conditions"] = conds
+        else:
+            st.pop("conditions", None)
+        if not st.get("startTime") and not suspended:
             st["startTime"] = fmt_time(self.clock.now())
         if not st["active"]:
             st.pop("active")

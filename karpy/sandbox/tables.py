@@ -248,7 +248,7 @@ def _pod_row(p: dict, now: float) -> list:
         gates = spec.get("schedulingGates")
         reason = "SchedulingGated" if gates else "Pending"
     gates = ",".join(g.get("conditionType", "") for g in spec.get("readinessGates") or ()) or "<none>"
-    return [_meta(p).get("name"), f"{ready}/{total}", reason, restarts, age(_meta(p).get("creationTimestamp"), now),
+    return [_meta(p).get("name"), f"{ready}/{total}", reason, str(restarts), age(_meta(p).get("creationTimestamp"), now),
             _none(st.get("podIP")), _none(spec.get("nodeName")), _none(st.get("nominatedNodeName")), gates]
 
 
@@ -319,6 +319,8 @@ def _job_row(j: dict, now: float) -> list:
         status = "Complete"
     elif _cond(j, "Failed") and _cond(j, "Failed").get("status") == "True":
         status = "Failed"
+    elif _cond(j, "Suspended") and _cond(j, "Suspended").get("status") == "True":
+        status = "Suspended"
     elif _meta(j).get("deletionTimestamp"):
         status = "Terminating"
     else:
@@ -342,13 +344,18 @@ def _ns_row(n: dict, now: float) -> list:
 
 
 def _event_row(e: dict, now: float) -> list:
+    # a core Event, or an events.k8s.io/v1 one (whose deprecated* fields are the core ones)
     io = e.get("involvedObject") or e.get("regarding") or {}
-    last = e.get("lastTimestamp") or e.get("eventTime") or _meta(e).get("creationTimestamp")
-    first = e.get("firstTimestamp") or e.get("eventTime") or _meta(e).get("creationTimestamp")
-    src = (e.get("source") or {}).get("component") or e.get("reportingComponent") or e.get("reportingController") or ""
+    last = e.get("lastTimestamp") or e.get("deprecatedLastTimestamp") or e.get("eventTime") or \
+        _meta(e).get("creationTimestamp")
+    first = e.get("firstTimestamp") or e.get("deprecatedFirstTimestamp") or e.get("eventTime") or \
+        _meta(e).get("creationTimestamp")
+    src = (e.get("source") or e.get("deprecatedSource") or {}).get("component") or e.get("reportingComponent") or \
+        e.get("reportingController") or ""
+    count = e.get("count") or e.get("deprecatedCount") or (e.get("series") or {}).get("count") or 1
     return [age(last, now), e.get("type", ""), e.get("reason", ""), f"{str(io.get('kind', '')).lower()}/{io.get('name', '')}",
-            e.get("message") or e.get("note") or "", io.get("fieldPath", ""), src, age(first, now),
-            int(e.get("count") or 1), _meta(e).get("name")]
+            io.get("fieldPath", ""), src, e.get("message") or e.get("note") or "", age(first, now),
+            int(count), _meta(e).get("name")]
 
 
 def _lease_row(lz: dict, now: float) -> list:
@@ -386,6 +393,66 @@ def _generic_row(o: dict, now: float) -> list:
     return [_meta(o).get("name"), age(_meta(o).get("creationTimestamp"), now)]
 
 
+def _sa_row(o: dict, now: float) -> list:
+    return [_meta(o).get("name"), len(o.get("secrets") or ()), age(_meta(o).get("creationTimestamp"), now)]
+
+
+def _sc_row(o: dict, now: float) -> list:
+    name = _meta(o).get("name")
+    if (_meta(o).get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true":
+        name = f"{name} (default)"
+    return [name, o.get("provisioner") or "", o.get("reclaimPolicy") or "Delete",
+            o.get("volumeBindingMode") or "Immediate", bool(o.get("allowVolumeExpansion")),
+            age(_meta(o).get("creationTimestamp"), now)]
+
+
+def _access_modes(modes: Any) -> str:
+    short = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+    return ",".join(short.get(m, m) for m in modes or ())
+
+
+def _storage(res: Any) -> str:
+    v = (res or {}).get("storage")
+    return "" if v is None else str(v)
+
+
+def _pv_row(o: dict, now: float) -> list:
+    spec, st = _spec(o), _status(o)
+    ref = spec.get("claimRef") or {}
+    claim = f"{ref.get('namespace')}/{ref.get('name')}" if ref.get("name") else ""
+    return [_meta(o).get("name"), _storage(spec.get("capacity")), _access_modes(spec.get("accessModes")),
+            spec.get("persistentVolumeReclaimPolicy") or "", st.get("phase") or "", claim,
+            spec.get("storageClassName") or "", spec.get("volumeAttributesClassName") or "<unset>",
+            st.get("reason") or "", age(_meta(o).get("creationTimestamp"), now), spec.get("volumeMode") or "Filesystem"]
+
+
+def _pvc_row(o: dict, now: float) -> list:
+    spec, st = _spec(o), _status(o)
+    bound = st.get("phase") == "Bound"
+    return [_meta(o).get("name"), st.get("phase") or "", spec.get("volumeName") or "",
+            _storage(st.get("capacity")) if bound else "", _access_modes(st.get("accessModes")) if bound else "",
+            spec.get("storageClassName") or "", spec.get("volumeAttributesClassName") or "<unset>",
+            age(_meta(o).get("creationTimestamp"), now), spec.get("volumeMode") or "Filesystem"]
+
+
+def _created_at(o: dict, now: float) -> list:
+    return [_meta(o).get("name"), _meta(o).get("creationTimestamp") or ""]
+
+
+def _binding_row(o: dict, now: float) -> list:
+    ref = o.get("roleRef") or {}
+    subjects = [x for x in o.get("subjects") or () if isinstance(x, dict)]
+    users = ",".join(x.get("name", "") for x in subjects if x.get("kind") == "User")
+    groups = ",".join(x.get("name", "") for x in subjects if x.get("kind") == "Group")
+    sas = ",".join(f"{x.get('namespace', '')}/{x.get('name', '')}" for x in subjects if x.get("kind") == "ServiceAccount")
+    return [_meta(o).get("name"), f"{ref.get('kind', '')}/{ref.get('name', '')}", age(_meta(o).get("creationTimestamp"), now),
+            users, groups, sas]
+
+
+def _rc_row(o: dict, now: float) -> list:
+    return [_meta(o).get("name"), o.get("handler") or "", age(_meta(o).get("creationTimestamp"), now)]
+
+
 AGE = col("Age", description="CreationTimestamp is a timestamp representing the server time when this object was created.")
 CONTAINERS = col("Containers", priority=1, description="Names of each container in the template.")
 IMAGES = col("Images", priority=1, description="Images referenced by each container in the template.")
@@ -397,7 +464,7 @@ BUILTIN: dict[str, tuple[list[dict], Callable[[dict, float], list]]] = {
     "Node": ([NAME_COL, col("Status"), col("Roles"), AGE, col("Version"), col("Internal-IP", priority=1),
               col("External-IP", priority=1), col("OS-Image", priority=1), col("Kernel-Version", priority=1),
               col("Container-Runtime", priority=1)], _node_row),
-    "Deployment": ([NAME_COL, col("Ready"), col("Up-to-date", "integer"), col("Available", "integer"), AGE,
+    "Deployment": ([NAME_COL, col("Ready"), col("Up-to-date"), col("Available"), AGE,
                     CONTAINERS, IMAGES, SELECTOR], _deploy_row),
     "ReplicaSet": ([NAME_COL, col("Desired", "integer"), col("Current", "integer"), col("Ready", "integer"), AGE,
                     CONTAINERS, IMAGES, SELECTOR], _rs_row),
@@ -409,17 +476,33 @@ BUILTIN: dict[str, tuple[list[dict], Callable[[dict, float], list]]] = {
     "PodDisruptionBudget": ([NAME_COL, col("Min Available"), col("Max Unavailable"),
                              col("Allowed Disruptions", "integer"), AGE], _pdb_row),
     "Namespace": ([NAME_COL, col("Status"), AGE], _ns_row),
-    "Event": ([col("Last Seen"), col("Type"), col("Reason"), col("Object"), col("Message"),
-               col("Subobject", priority=1), col("Source", priority=1), col("First Seen", priority=1),
-               col("Count", "integer", priority=1), col("Name", priority=1, fmt="name")], _event_row),
+    "Event": ([col("Last Seen"), col("Type"), col("Reason"), col("Object"), col("Subobject", priority=1),
+               col("Source", priority=1), col("Message"), col("First Seen", priority=1),
+               col("Count", priority=1), col("Name", priority=1, fmt="name")], _event_row),
     "Lease": ([NAME_COL, col("Holder"), AGE], _lease_row),
     "CustomResourceDefinition": ([NAME_COL, col("Created At", "date")], _crd_row),
-    "ConfigMap": ([NAME_COL, col("Data", "integer"), AGE], _cm_row),
-    "Secret": ([NAME_COL, col("Type"), col("Data", "integer"), AGE], _secret_row),
+    "ConfigMap": ([NAME_COL, col("Data"), AGE], _cm_row),
+    "Secret": ([NAME_COL, col("Type"), col("Data"), AGE], _secret_row),
+    "ServiceAccount": ([NAME_COL, col("Secrets"), AGE], _sa_row),
+    "StorageClass": ([NAME_COL, col("Provisioner"), col("ReclaimPolicy"), col("VolumeBindingMode"),
+                      col("AllowVolumeExpansion"), AGE], _sc_row),
+    "PersistentVolume": ([NAME_COL, col("Capacity"), col("Access Modes"), col("Reclaim Policy"), col("Status"),
+                          col("Claim"), col("StorageClass"), col("VolumeAttributesClass"), col("Reason"), AGE,
+                          col("VolumeMode", priority=1)], _pv_row),
+    "PersistentVolumeClaim": ([NAME_COL, col("Status"), col("Volume"), col("Capacity"), col("Access Modes"),
+                               col("StorageClass"), col("VolumeAttributesClass"), AGE, col("VolumeMode", priority=1)],
+                              _pvc_row),
+    "Role": ([NAME_COL, col("Created At", "date")], _created_at),
+    "ClusterRole": ([NAME_COL, col("Created At", "date")], _created_at),
+    "RoleBinding": ([NAME_COL, col("Role"), AGE, col("Users", priority=1), col("Groups", priority=1),
+                     col("ServiceAccounts", priority=1)], _binding_row),
+    "ClusterRoleBinding": ([NAME_COL, col("Role"), AGE, col("Users", priority=1), col("Groups", priority=1),
+                            col("ServiceAccounts", priority=1)], _binding_row),
+    "RuntimeClass": ([NAME_COL, col("Handler"), AGE], _rc_row),
     "Service": ([NAME_COL, col("Type"), col("Cluster-IP"), col("External-IP"), col("Port(s)"), AGE,
                  col("Selector", priority=1)], _svc_row),
     "PriorityClass": ([NAME_COL, col("Value", "integer"), col("Global-Default", "boolean"), AGE,
-                       col("PreemptionPolicy", priority=1)], _pc_row),
+                       col("PreemptionPolicy")], _pc_row),
 }
 GENERIC = ([NAME_COL, AGE], _generic_row)
 
@@ -442,9 +525,12 @@ def _cell(value: Any, type_: str, now: float) -> Any:
 
 
 def crd_table(columns: list[dict]) -> tuple[list[dict], Callable[[dict, float], list]]:
-    """Columns and a row function from a CRD's additionalPrinterColumns."""
+    """Columns and a row function from a CRD's additionalPrinterColumns (a column without a description is
+    described by its JSONPath, as kube-apiserver does)."""
     defs = [NAME_COL] + [col(c.get("name", ""), c.get("type", "string"), int(c.get("priority") or 0),
-                            c.get("format", ""), c.get("description", "")) for c in columns]
+                            c.get("format", ""), c.get("description") or
+                            f"Custom resource definition column (in JSONPath format): {c.get('jsonPath', '')}")
+                         for c in columns]
 
     def row(o: dict, now: float) -> list:
         cells = [_meta(o).get("name")]

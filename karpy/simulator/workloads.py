@@ -275,6 +275,13 @@ class Workloads:
         elif done > 0:
             want = 0
         pods = self._active(job)
+        if spec.get("suspend") is True:  # a suspended Job runs nothing (its running pods go)
+            for p in pods:
+                try:
+                    self.api.delete("Pod", p["metadata"]["name"], p["metadata"].get("namespace", "default"))
+                except E.NotFound:
+                    pass
+            return
         if len(pods) < want:
             s = self._stamp(job)
             for _ in range(want - len(pods)):
