@@ -10,7 +10,9 @@ keeps:
   (``replicas``, ``readyReplicas``, ``availableReplicas``, ``updatedReplicas``
   ..., ``observedGeneration``) from the pods they own, and a Deployment's
   ``Available`` and ``Progressing`` conditions (available once at most
-  ``maxUnavailable`` replicas are missing, as the deployment controller says);
+  ``maxUnavailable`` replicas are missing, as the deployment controller says)
+  and ``deployment.kubernetes.io/revision`` annotations (on its ReplicaSets
+  too, with their desired and maximum replicas);
 * Jobs: ``active``, ``ready`` and ``startTime`` (the world's Job controller
   writes ``succeeded`` and completion);
 * Nodes: ``status.nodeInfo`` (kubelet version, OS, architecture) and an
@@ -185,6 +187,7 @@ class WorkloadStatus:
 
         h = template_hash(spec.get("template"))
         total = ready = updated = 0
+        owned = []
         for uid in list(self.by_uid):
             kind, ns, name = self.by_uid[uid]
             if kind != "ReplicaSet" or ns != d["metadata"].get("namespace", "default"):
@@ -193,6 +196,9 @@ class WorkloadStatus:
             if rs is None or not any(r.get("uid") == d["metadata"].get("uid") and r.get("controller")
                                      for r in rs["metadata"].get("ownerReferences") or ()):
                 continue
+            owned.append(rs)
+        self._revisions(d, owned, h, desired)
+        for rs in owned:
             rpods = [p for p in self._pods(rs) if not P.is_terminal(p)]
             n, r = len(rpods), sum(1 for p in rpods if P.is_ready(p))
             total += n
@@ -218,6 +224,41 @@ class WorkloadStatus:
         else:
             st.pop("unavailableReplicas", None)
         return _drop_zero(st, ("readyReplicas", "availableReplicas", "updatedReplicas"))
+
+    def _revisions(self, d: dict, owned: list[dict], h: str, desired: int) -> None:
+        """The deployment controller's annotations: each ReplicaSet's revision (one more than the newest for a
+        new one), the Deployment's (its current ReplicaSet's), and the replica counts of the current ReplicaSet."""
+        def revision(o: dict) -> int:
+            try:
+                return int((o["metadata"].get("annotations") or {}).get(REVISION, "0"))
+            except ValueError:
+                return 0
+
+        newest = max((revision(rs) for rs in owned), default=0)
+        current = None
+        for rs in sorted(owned, key=lambda o: o["metadata"].get("creationTimestamp") or ""):
+            ann = dict(rs["metadata"].get("annotations") or {})
+            is_current = (rs["metadata"].get("labels") or {}).get("pod-template-hash") == h
+            want = dict(ann)
+            if not revision(rs) or (is_current and revision(rs) < newest):
+                newest += 1
+                want[REVISION] = str(newest)
+            if is_current:
+                current = int(want[REVISION])
+                want["deployment.kubernetes.io/desired-replicas"] = str(desired)
+                want["deployment.kubernetes.io/max-replicas"] = str(desired + _max_surge(d.get("spec") or {}, desired))
+            if want != ann:
+                try:
+                    self.api.patch("ReplicaSet", rs["metadata"]["name"], {"metadata": {"annotations": want}},
+                                   rs["metadata"].get("namespace", "default"))
+                except E.NotFound:
+                    pass
+        if current is not None and (d["metadata"].get("annotations") or {}).get(REVISION) != str(current):
+            try:
+                self.api.patch("Deployment", d["metadata"]["name"], {"metadata": {"annotations": {REVISION: str(current)}}},
+                               d["metadata"].get("namespace", "default"))
+            except E.NotFound:
+                pass
 
     def _node(self, node: dict) -> None:
         name = node["metadata"]["name"]
@@ -264,6 +305,25 @@ def _drop_zero(st: dict, keys: tuple[str, ...]) -> dict:
         if not st.get(k):
             st.pop(k, None)
     return st
+
+
+REVISION = "deployment.kubernetes.io/revision"
+
+
+def _max_surge(spec: dict, desired: int) -> int:
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0
+    v = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    if isinstance(v, str) and v.endswith("%"):
+        try:
+            return int(math.ceil(float(v[:-1]) * desired / 100.0))
+        except ValueError:
+            return 0
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _max_unavailable(spec: dict, desired: int) -> int:

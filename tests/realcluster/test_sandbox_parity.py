@@ -883,3 +883,142 @@ def test_kubectl_get_tables(both):
                 else v for k, v in out.items()}
 
     same(*both.each(play))
+
+
+# --- apply: server-side and client-side ---------------------------------------------------------------------
+
+# DELIBERATE: the simulated world writes to the store directly, so its writes (what kube-controller-manager,
+# kube-scheduler and the kubelets -- kwok here -- write) are not tracked in managedFields
+CONTROL_PLANE = frozenset({"kube-controller-manager", "kube-scheduler", "kubelet", "kwok", "kube-apiserver"})
+
+
+def _managed(obj: dict) -> list[dict]:
+    """managedFields as a client reads them (times normalised by norm), but the control plane's own entries."""
+    return [{k: e.get(k) for k in ("manager", "operation", "apiVersion", "fieldsType", "fieldsV1", "subresource", "time")
+             if k in e} for e in (obj.get("metadata") or {}).get("managedFields") or ()
+            if e.get("manager") not in CONTROL_PLANE]
+
+
+def _yaml(*docs: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump_all(list(docs), sort_keys=False)
+
+
+def _result(p: subprocess.CompletedProcess) -> tuple[int, list[str], list[str]]:
+    return p.returncode, norm_text(p.stdout).splitlines(), norm_text(p.stderr).splitlines()
+
+
+def test_kubectl_server_side_apply(both):
+    ns = both.namespace("p-ssa")
+    dep = _deployment("ssa", replicas=2)
+    dep["metadata"]["namespace"] = ns
+    cm = {**_configmap("ssa-settings"), "metadata": {"name": "ssa-settings", "namespace": ns}}
+    np = _nodepool(f"{ns}-np")
+
+    def play(s: Server) -> dict:
+        out: dict[str, Any] = {}
+        out["create"] = _result(s.kubectl("apply", "--server-side", "-f", "-", stdin=_yaml(dep, cm, np)))
+        before = s.get(f"/api/v1/namespaces/{ns}/configmaps/ssa-settings")["metadata"]["resourceVersion"]
+        out["again, unchanged"] = _result(s.kubectl("apply", "--server-side", "-f", "-", stdin=_yaml(dep, cm, np)))
+        after = s.get(f"/api/v1/namespaces/{ns}/configmaps/ssa-settings")["metadata"]["resourceVersion"]
+        out["unchanged: no new resourceVersion"] = before == after
+        # another field manager wants other replicas and another image: a conflict, until forced
+        other = json.loads(json.dumps(dep))
+        other["spec"]["replicas"] = 3
+        other["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.k8s.io/pause:3.9"
+        out["conflict"] = _result(s.kubectl("apply", "--server-side", "--field-manager=rollout", "-f", "-",
+                                            stdin=_yaml(other)))
+        out["forced"] = _result(s.kubectl("apply", "--server-side", "--field-manager=rollout", "--force-conflicts",
+                                          "-f", "-", stdin=_yaml(other)))
+        d = s.get(f"/apis/apps/v1/namespaces/{ns}/deployments/ssa")
+        out["after forcing"] = (d["spec"]["replicas"], d["spec"]["template"]["spec"]["containers"][0]["image"],
+                                _managed(d))
+        # the first manager stops applying the label it set: it goes (nobody else owns it)
+        cm2 = json.loads(json.dumps(cm))
+        cm2["data"] = {"other": "x"}
+        out["shrink"] = _result(s.kubectl("apply", "--server-side", "-f", "-", stdin=_yaml(cm2)))
+        c = s.get(f"/api/v1/namespaces/{ns}/configmaps/ssa-settings")
+        out["after shrinking"] = (c.get("data"), _managed(c))
+        out["nodepool"] = _managed(s.get(f"/apis/karpenter.sh/v1/nodepools/{ns}-np"))
+        out["dry run"] = _result(s.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=_yaml(cm)))
+        return out
+
+    same(*both.each(play))
+
+
+def test_managed_fields_of_each_write(both):
+    ns = both.namespace("p-managed")
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    deps = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    np = f"{ns}-np"
+
+    def play(s: Server) -> dict:
+        import yaml
+
+        out: dict[str, Any] = {}
+        c = s.request("POST", f"{cms}?fieldManager=creator", {**_labelled("mf", a="1"), "data": {"x": "1"}}).body
+        out["create"] = _managed(c)
+        c["data"] = {"x": "2", "y": "1"}
+        out["update"] = _managed(s.request("PUT", f"{cms}/mf?fieldManager=updater", c).body)
+        out["merge patch"] = _managed(s.request("PATCH", f"{cms}/mf?fieldManager=patcher",
+                                                {"metadata": {"labels": {"b": "2"}}}, ctype=MERGE).body)
+        out["json patch"] = _managed(s.request("PATCH", f"{cms}/mf?fieldManager=jsonpatcher",
+                                               [{"op": "remove", "path": "/data/y"}],
+                                               ctype="application/json-patch+json").body)
+        applied = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mf"}, "data": {"z": "1"}}
+        out["apply"] = _managed(s.request("PATCH", f"{cms}/mf?fieldManager=applier", yaml.safe_dump(applied),
+                                          ctype="application/apply-patch+yaml").body)
+        out["no manager given"] = _managed(s.request("PATCH", f"{cms}/mf", {"data": {"w": "1"}}, ctype=MERGE,
+                                                     headers={"User-Agent": "some-tool/2.0 (linux)"}).body)
+        kept = s.get(f"{cms}/mf")
+        out["reset with an empty list"] = _managed(s.request("PUT", f"{cms}/mf", {
+            **kept, "metadata": {**kept["metadata"], "managedFields": []}}).body)
+        d = s.request("POST", f"{deps}?fieldManager=creator", _deployment("mf")).body
+        out["deployment"] = _managed(d)
+        out["scale"] = _managed(s.request("PATCH", f"{deps}/mf/scale?fieldManager=scaler", {"spec": {"replicas": 2}},
+                                          ctype=MERGE).body)
+        out["after scale"] = _managed(s.get(f"{deps}/mf"))
+        s.request("POST", "/apis/karpenter.sh/v1/nodepools?fieldManager=creator", _nodepool(np))
+        status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+        out["status of a custom resource"] = _managed(s.request(
+            "PATCH", f"/apis/karpenter.sh/v1/nodepools/{np}/status?fieldManager=statuser", status, ctype=MERGE).body)
+        out["status written"] = s.get(f"/apis/karpenter.sh/v1/nodepools/{np}").get("status")
+        return out
+
+    same(*both.each(play))
+
+
+def test_kubectl_client_side_apply(both):
+    ns = both.namespace("p-csa")
+    dep = _deployment("csa", replicas=1)
+    cm = _configmap("csa-settings")
+    np = _nodepool(f"{ns}-np")
+    nc = {"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass", "metadata": {"name": f"{ns}-np"},
+          "spec": {"imageFamily": "AzureLinux"}}
+
+    def play(s: Server) -> dict:
+        out: dict[str, Any] = {}
+        docs = _yaml(dep, cm, np, nc)
+        out["create"] = _result(s.kubectl("-n", ns, "apply", "-f", "-", stdin=docs))
+        # DELIBERATE (as kube-apiserver): a Deployment applied twice is "configured" again, kubectl resends its
+        # selector; the rest is "unchanged"
+        out["again"] = _result(s.kubectl("-n", ns, "apply", "-f", "-", stdin=docs))
+        changed = json.loads(json.dumps(cm))
+        changed["data"] = {"k": "changed"}
+        out["changed"] = _result(s.kubectl("-n", ns, "apply", "-f", "-", stdin=_yaml(changed)))
+        c = s.get(f"/api/v1/namespaces/{ns}/configmaps/csa-settings")
+        out["the configmap"] = (c["data"], sorted(c["metadata"].get("annotations") or {}), _managed(c))
+        d = s.get(f"/apis/apps/v1/namespaces/{ns}/deployments/csa")
+        out["the deployment"] = (d["metadata"]["generation"], sorted(d["metadata"].get("annotations") or {}),
+                                 _managed(d))
+        out["the nodepool"] = _managed(s.get(f"/apis/karpenter.sh/v1/nodepools/{ns}-np"))
+        out["prune a key"] = _result(s.kubectl("-n", ns, "apply", "-f", "-", stdin=_yaml(
+            {**changed, "data": {}})))
+        out["after pruning"] = s.get(f"/api/v1/namespaces/{ns}/configmaps/csa-settings").get("data")
+        out["dry run"] = _result(s.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", stdin=_yaml(changed)))
+        out["diff"] = _result(s.kubectl("-n", ns, "diff", "-f", "-", stdin=_yaml(changed)))[0]
+        return out
+
+    same(*both.each(play))
