@@ -642,6 +642,13 @@ class RestAPI:
                 raise _invalid("Event", "", r_name(obj), [("involvedObject.namespace", f'Invalid value: "{io_ns}": '
                                                                                     "does not match event.namespace")])
             return A.default_event(obj)
+        if s.kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
+            # a pod template's metadata holds the zero time Go writes as null
+            spec = obj.get("spec")
+            tmpl = spec.get("template") if isinstance(spec, dict) else None
+            if isinstance(tmpl, dict) and "creationTimestamp" not in (tmpl.get("metadata") or {}):
+                obj = {**obj, "spec": {**spec, "template": {**tmpl, "metadata": {**(tmpl.get("metadata") or {}),
+                                                                                 "creationTimestamp": None}}}}
         if (s.kind == "Pod" and old is None) or s.kind == "Job":
             obj = dict(obj)
             obj["spec"] = {**(obj.get("spec") or {})}

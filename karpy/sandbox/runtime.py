@@ -64,6 +64,7 @@ class Sandbox:
         if watch_history is not None:
             self.api.history_limit = int(watch_history)
         self.mgr = self.sim.mgr
+        self.sim.world.workloads.keep_history = True
         self.mgr.realtime = True
         self.mgr.on_error = self._on_error
         watched = set(self.mgr.watched_kinds())

@@ -83,6 +83,9 @@ class Workloads:
         self._stamps: dict[str, _Stamp] = {}  # owner uid -> stamp
         self.daemon_nodes: dict[str, set[str]] = {}  # DaemonSet uid -> nodes with a pod of it
         self._uid_key: dict[str, tuple[str, str, str]] = {}
+        # keep a Deployment's earlier ReplicaSets, scaled to 0 (its revisionHistoryLimit of them), as the
+        # deployment controller does; karpy simulate, which never shows them, deletes them
+        self.keep_history = False
 
     def setup(self, mgr: Manager) -> None:
         for kind in WORKLOAD_KINDS:
@@ -159,10 +162,22 @@ class Workloads:
         ns = d["metadata"].get("namespace", "default")
         rs_name, h = replicaset_name(d)
         replicas = desired_replicas(d)
+        old = []
         for rs in self.mgr.list("ReplicaSet", ns):
             refs = rs["metadata"].get("ownerReferences") or ()
             if any(r.get("uid") == d["metadata"].get("uid") for r in refs) and rs["metadata"]["name"] != rs_name:
-                self.api.delete("ReplicaSet", rs["metadata"]["name"], ns)
+                old.append(rs)
+        limit = (d.get("spec") or {}).get("revisionHistoryLimit", 10) if self.keep_history else 0
+        old.sort(key=lambda rs: (rs["metadata"].get("creationTimestamp") or "", rs["metadata"]["name"]))
+        for i, rs in enumerate(old):
+            name = rs["metadata"]["name"]
+            try:
+                if i < len(old) - int(limit or 0):
+                    self.api.delete("ReplicaSet", name, ns)
+                elif int((rs.get("spec") or {}).get("replicas") or 0) != 0:
+                    self.api.scale("ReplicaSet", name, ns, 0)
+            except E.NotFound:
+                pass
         cur = self.mgr.get("ReplicaSet", rs_name, ns)
         tmpl = (d.get("spec") or {}).get("template") or {}
         tmeta = tmpl.get("metadata") or {}

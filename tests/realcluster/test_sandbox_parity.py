@@ -243,6 +243,7 @@ def norm(v: Any, names: dict[str, str] | None = None) -> Any:
 
 PEM = re.compile(r"-----BEGIN CERTIFICATE-----[^-]*-----END CERTIFICATE-----\n?")
 TOKEN_VOLUME = re.compile(r"kube-api-access-[a-z0-9]{5}")
+GENERATED_NAME = re.compile(r"\b([a-z][a-z0-9-]*?)-[bcdfghjklmnpqrstvwxz2456789]{10}(?:-[bcdfghjklmnpqrstvwxz2456789]{5})?\b")
 TEMPLATE_HASH = re.compile(r"(pod-template-hash[=:]\s*\"?)[a-z0-9]{6,10}")
 
 
@@ -253,6 +254,7 @@ def norm_text(s: str, names: dict[str, str] | None = None) -> str:
     # DELIBERATE: kube-controller-manager hashes a pod template with Go's printer of the Go struct, which the
     # sandbox cannot reproduce; its pod-template-hash is a hash of its own
     s = TEMPLATE_HASH.sub(r"\1<hash>", s)
+    s = GENERATED_NAME.sub(r"\1-<hash>", s)
     s = TOKEN_VOLUME.sub("kube-api-access-<generated>", s)
     s = UUID.sub("<uid>", s)
     s = TIME.sub("<time>", s)
@@ -1019,6 +1021,108 @@ def test_kubectl_client_side_apply(both):
         out["after pruning"] = s.get(f"/api/v1/namespaces/{ns}/configmaps/csa-settings").get("data")
         out["dry run"] = _result(s.kubectl("-n", ns, "apply", "--dry-run=server", "-f", "-", stdin=_yaml(changed)))
         out["diff"] = _result(s.kubectl("-n", ns, "diff", "-f", "-", stdin=_yaml(changed)))[0]
+        return out
+
+    same(*both.each(play))
+
+
+# --- kubectl, as a user runs it -----------------------------------------------------------------------------
+
+def _yaml_view(text: str) -> Any:
+    """``kubectl get -o yaml`` parsed, normalised, without what the control plane writes on its own."""
+    import yaml
+
+    doc = yaml.safe_load(text)
+    for o in doc.get("items", [doc]) if isinstance(doc, dict) else ():
+        m = o.get("metadata") or {}
+        if m.get("managedFields"):
+            m["managedFields"] = _managed(o)
+        if m.get("name"):
+            m["name"] = generated(m["name"])
+        if m.get("generateName"):
+            m["generateName"] = generated(m["generateName"] + "xxxxx")
+        o.pop("status", None)  # written by the control plane (kwok, or the sandbox's kubelets), compared elsewhere
+    return doc
+
+
+def test_kubectl_commands(both):
+    ns = both.namespace("p-kubectl")
+    k = ("-n", ns)
+
+    def play(s: Server) -> dict:
+        out: dict[str, Any] = {}
+
+        def run(label: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+            p = s.kubectl(*args, stdin=stdin)
+            out[label] = _result(p)
+            return p
+
+        run("create deployment", *k, "create", "deployment", "web", "--image=registry.k8s.io/pause:3.10",
+            "--replicas=2", "--port=8080")
+        run("create configmap", *k, "create", "configmap", "settings", "--from-literal=a=1", "--from-literal=b=2")
+        run("create secret", *k, "create", "secret", "generic", "creds", "--from-literal=password=hunter2")
+        run("create job", *k, "create", "job", "once", "--image=busybox", "--", "true")
+        run("run", *k, "run", "single", "--image=registry.k8s.io/pause:3.10", "--labels=app=single,tier=x")
+        run("expose", *k, "expose", "deployment", "web", "--port=80", "--target-port=8080")
+        run("create again", *k, "create", "configmap", "settings", "--from-literal=a=1")
+        run("rollout status", *k, "rollout", "status", "deployment/web", "--timeout=120s")
+        run("wait available", *k, "wait", "--for=condition=Available", "deployment/web", "--timeout=120s")
+        run("wait jsonpath", *k, "wait", "--for=jsonpath={.status.readyReplicas}=2", "deployment/web",
+            "--timeout=120s")
+        run("wait pod ready", *k, "wait", "--for=condition=Ready", "pod/single", "--timeout=120s")
+        run("scale", *k, "scale", "deployment", "web", "--replicas=3")
+        run("scale with a precondition", *k, "scale", "deployment", "web", "--replicas=1", "--current-replicas=2")
+        run("label", *k, "label", "deployment", "web", "team=a")
+        run("label again", *k, "label", "deployment", "web", "team=b")
+        run("label overwrite", *k, "label", "deployment", "web", "team=b", "--overwrite")
+        run("label remove", *k, "label", "deployment", "web", "team-")
+        run("annotate", *k, "annotate", "configmap", "settings", "note=hello")
+        run("patch strategic", *k, "patch", "deployment", "web", "-p",
+            '{"spec":{"template":{"spec":{"containers":[{"name":"pause","env":[{"name":"A","value":"1"}]}]}}}}')
+        run("patch merge", *k, "patch", "configmap", "settings", "--type=merge", "-p", '{"data":{"c":"3"}}')
+        run("patch json", *k, "patch", "configmap", "settings", "--type=json",
+            "-p", '[{"op":"replace","path":"/data/a","value":"9"}]')
+        run("patch json failing", *k, "patch", "configmap", "settings", "--type=json",
+            "-p", '[{"op":"test","path":"/data/a","value":"0"}]')
+        run("patch nothing", *k, "patch", "configmap", "settings", "--type=merge", "-p", '{"data":{"c":"3"}}')
+        run("patch a custom resource strategically", "patch", "nodepools", "missing", "-p", "{}")
+        run("get -o name", *k, "get", "deployments,configmaps,services", "-o", "name")
+        run("get jsonpath", *k, "get", "deployment", "web", "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].env} {.metadata.labels}")
+        out["get -o yaml deployment"] = _yaml_view(s.ok(*k, "get", "deployment", "web", "-o", "yaml"))
+        out["get -o yaml configmap"] = _yaml_view(s.ok(*k, "get", "configmap", "settings", "-o", "yaml"))
+        out["get -o json secret"] = _yaml_view(s.ok(*k, "get", "secret", "creds", "-o", "json"))
+        out["get -o yaml pod"] = _yaml_view(s.ok(*k, "get", "pod", "single", "-o", "yaml"))
+        out["get -o yaml service"] = _yaml_view(s.ok(*k, "get", "service", "web", "-o", "yaml"))
+        out["get -o yaml job"] = _yaml_view(s.ok(*k, "get", "job", "once", "-o", "yaml"))
+        out["get -o json list"] = _yaml_view(s.ok(*k, "get", "configmaps", "-o", "json",
+                                                  "--field-selector=metadata.name!=kube-root-ca.crt"))
+        run("get missing", *k, "get", "deployment", "missing")
+        run("get missing, ignored", *k, "get", "deployment", "missing", "--ignore-not-found")
+        run("get an unknown kind", *k, "get", "flurbs")
+        # describe: the sections a user reads (what the control plane's own events say differs)
+        for what in ("deployment/web", "configmap/settings", "service/web", "pod/single", f"namespace/{ns}"):
+            text = s.ok(*k, "describe", what)
+            out[f"describe {what}"] = [ln.split(":")[0].strip() for ln in text.splitlines()
+                                       if re.match(r"^[A-Z][A-Za-z ]*:", ln)]
+        # deletion: finalizers, propagation, --wait
+        s.ok(*k, "create", "configmap", "held", "--from-literal=a=1")
+        s.ok(*k, "patch", "configmap", "held", "--type=merge", "-p", '{"metadata":{"finalizers":["example.com/hold"]}}')
+        run("delete held, not waiting", *k, "delete", "configmap", "held", "--wait=false")
+        out["held"] = _yaml_view(s.ok(*k, "get", "configmap", "held", "-o", "yaml"))["metadata"].get("deletionTimestamp")
+        run("release", *k, "patch", "configmap", "held", "--type=json", "-p",
+            '[{"op":"remove","path":"/metadata/finalizers"}]')
+        run("wait for delete", *k, "wait", "--for=delete", "configmap/held", "--timeout=60s")
+        run("delete orphaning", *k, "delete", "deployment", "web", "--cascade=orphan")
+        out["orphaned replicasets"] = [generated(n) for n in s.ok(*k, "get", "replicasets", "-o", "name").split()]
+        run("delete the rest", *k, "delete", "replicasets", "--all", "--wait=true")
+        run("delete pod", *k, "delete", "pod", "single", "--wait=true")
+        run("delete job", *k, "delete", "job", "once", "--cascade=foreground")
+        run("delete missing", *k, "delete", "configmap", "missing")
+        run("delete missing, ignored", *k, "delete", "configmap", "missing", "--ignore-not-found")
+        run("delete by label", *k, "delete", "configmaps,secrets", "-l", "nothing=here")
+        run("delete namespace", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
+        run("get the deleted namespace", "get", "namespace", ns)
         return out
 
     same(*both.each(play))
