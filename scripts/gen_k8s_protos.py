@@ -47,7 +47,7 @@ API_PACKAGES = [
     ("k8s.io/api", "rbac/v1"), ("k8s.io/api", "coordination/v1"), ("k8s.io/api", "scheduling/v1"),
     ("k8s.io/api", "storage/v1"), ("k8s.io/api", "networking/v1"), ("k8s.io/api", "discovery/v1"),
     ("k8s.io/api", "events/v1"), ("k8s.io/api", "autoscaling/v1"), ("k8s.io/api", "autoscaling/v2"),
-    ("k8s.io/api", "node/v1"),
+    ("k8s.io/api", "node/v1"), ("k8s.io/api", "authorization/v1"), ("k8s.io/api", "authentication/v1"),
     ("k8s.io/apiextensions-apiserver", "pkg/apis/apiextensions/v1"),
     ("k8s.io/apimachinery", "pkg/apis/meta/v1"), ("k8s.io/apimachinery", "pkg/runtime"),
     ("k8s.io/apimachinery", "pkg/runtime/schema"), ("k8s.io/apimachinery", "pkg/util/intstr"),

@@ -39,11 +39,14 @@ class ResourceType:
 
 
 _STATUS = ("status",)
+# the verbs of a custom resource, in the order kube-apiserver lists them
+_CR_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
 
 TYPES: list[ResourceType] = [
     ResourceType("", "v1", "Pod", "pods", True, ("po",), ("all",), ("status", "eviction", "binding")),
     ResourceType("", "v1", "Node", "nodes", False, ("no",), (), _STATUS),
-    ResourceType("", "v1", "Namespace", "namespaces", False, ("ns",), (), _STATUS),
+    ResourceType("", "v1", "Namespace", "namespaces", False, ("ns",), (), _STATUS,
+                 verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
     ResourceType("", "v1", "Event", "events", True, ("ev",)),
     ResourceType("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), (), _STATUS),
     ResourceType("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), (), _STATUS),
@@ -66,15 +69,15 @@ TYPES: list[ResourceType] = [
     ResourceType("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
     ResourceType("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
-                 ("crd", "crds"), (), _STATUS),
-    ResourceType("karpenter.sh", "v1", "NodePool", "nodepools", False, (), ("karpenter",), ("status", "scale")),
-    ResourceType("karpenter.sh", "v1", "NodeClaim", "nodeclaims", False, (), ("karpenter",), _STATUS),
+                 ("crd", "crds"), ("api-extensions",), _STATUS),
+    ResourceType("karpenter.sh", "v1", "NodePool", "nodepools", False, (), ("karpenter",), ("status", "scale"), verbs=_CR_VERBS),
+    ResourceType("karpenter.sh", "v1", "NodeClaim", "nodeclaims", False, (), ("karpenter",), _STATUS, verbs=_CR_VERBS),
     ResourceType("karpenter.azure.com", "v1beta1", "AKSNodeClass", "aksnodeclasses", False, ("aksnc", "aksncs"),
-                 ("karpenter", "nap"), _STATUS, versions=("v1beta1", "v1alpha2")),
+                 ("karpenter", "nap"), _STATUS, versions=("v1beta1", "v1alpha2"), verbs=_CR_VERBS),
     ResourceType("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses", False, ("ec2nc", "ec2ncs"),
-                 ("karpenter",), _STATUS),
+                 ("karpenter",), _STATUS, verbs=_CR_VERBS),
     ResourceType("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass", "kwoknodeclasses", False, ("kwoknc", "kwokncs"),
-                 ("karpenter",), _STATUS),
+                 ("karpenter",), _STATUS, verbs=_CR_VERBS),
 ]
 
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}

@@ -169,6 +169,11 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
     box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
                   log_stream=sys.stdout, watch_history=watch_history, ca_pem=ca_pem)
     rest = RestAPI(box.api, box.lock, box.clock, ca_pem=ca_pem)
+    if certs is not None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+
+        rest.client_cert_sha256 = x509.load_pem_x509_certificate(certs.client_cert_pem).fingerprint(hashes.SHA256()).hex()
     try:
         server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token,
                             **({"handshake_timeout": handshake_timeout} if handshake_timeout else {}))

@@ -32,8 +32,11 @@ from typing import Any
 from ..kube.registry import TYPES, ResourceType
 
 VERSION_INFO = {
-    "major": "1", "minor": "32", "gitVersion": "v1.32.0-karpy", "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc",
+    # the API of kube-apiserver v1.33, which the sandbox is held to (tests/realcluster/test_sandbox_parity.py);
+    # kubectl dispatchers that pick a kubectl by the server's minor version pick the same one for both
+    "major": "1", "minor": "33", "emulationMajor": "1", "emulationMinor": "33", "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "32", "gitVersion": "v1.33.0-karpy", "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0", "compiler": "gc",
     "platform": "linux/amd64",
 }
 
@@ -73,12 +76,29 @@ def _served() -> dict[tuple[str, str, str], Served]:
 
 SERVED = _served()
 
+# review resources: created, answered, never stored (group, version, plural, kind, namespaced)
+REVIEWS: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False),
+    ("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", True),
+    ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False),
+    ("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False),
+    ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", False),
+)
+
+
+def review(group: str, version: str, plural: str) -> tuple[str, bool] | None:
+    """(kind, namespaced) of a review resource."""
+    for g, v, p, kind, namespaced in REVIEWS:
+        if (g, v, p) == (group, version, plural):
+            return kind, namespaced
+    return None
+
 
 @functools.lru_cache(maxsize=1)
 def group_versions() -> dict[str, list[str]]:
     """group -> versions (preferred first), in the order discovery lists them."""
     out: dict[str, list[str]] = {}
-    for (g, v, _), s in SERVED.items():
+    for g, v in [(g, v) for (g, v, _) in SERVED] + [(g, v) for g, v, *_ in REVIEWS]:
         vs = out.setdefault(g, [])
         if v not in vs:
             vs.append(v)
@@ -99,14 +119,21 @@ def _storage_hash(s: Served) -> str:
 
 def resource_list(group: str, version: str) -> dict | None:
     items = [s for (g, v, _), s in SERVED.items() if g == group and v == version]
-    if not items:
+    reviews = [r for r in REVIEWS if r[:2] == (group, version)]
+    if not items and not reviews:
         return None
     resources: list[dict[str, Any]] = []
+    if (group, version) == ("", "v1"):  # the legacy POST .../namespaces/{ns}/bindings
+        resources.append({"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
+                          "verbs": ["create"]})
+    for _, _, plural, kind, namespaced in reviews:
+        resources.append({"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                          "verbs": ["create"]})
     for s in items:
         t = s.type
         r: dict[str, Any] = {"name": s.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
                              "verbs": list(t.verbs), "storageVersionHash": _storage_hash(s)}
-        if t.short_names and not s.view:
+        if t.short_names:
             r["shortNames"] = list(t.short_names)
         if t.categories:
             r["categories"] = list(t.categories)
@@ -206,6 +233,50 @@ def openapi_gv(group: str, version: str) -> dict | None:
 
 
 _CRD_SCHEMAS: dict[tuple[str, str], dict] | None = None
+_META = "io.k8s.apimachinery.pkg.apis.meta.v1"
+
+
+def _ref(name: str) -> str:
+    return f"#/components/schemas/{_META}.{name}"
+
+
+def _str_map() -> dict:
+    return {"type": "object", "additionalProperties": {"type": "string", "default": ""}}
+
+
+def _items(name: str) -> dict:
+    return {"default": {}, "allOf": [{"$ref": _ref(name)}]}
+
+
+# the metadata every object has (apimachinery's ObjectMeta and what it refers to), as fields and types
+_META_SCHEMAS = {
+    f"{_META}.ObjectMeta": {"type": "object", "properties": {
+        "annotations": _str_map(), "creationTimestamp": {"allOf": [{"$ref": _ref("Time")}]},
+        "deletionGracePeriodSeconds": {"type": "integer", "format": "int64"},
+        "deletionTimestamp": {"allOf": [{"$ref": _ref("Time")}]},
+        "finalizers": {"type": "array", "items": {"type": "string", "default": ""}, "x-kubernetes-list-type": "set",
+                       "x-kubernetes-patch-strategy": "merge"},
+        "generateName": {"type": "string"}, "generation": {"type": "integer", "format": "int64"},
+        "labels": _str_map(),
+        "managedFields": {"type": "array", "items": _items("ManagedFieldsEntry"), "x-kubernetes-list-type": "atomic"},
+        "name": {"type": "string"}, "namespace": {"type": "string"},
+        "ownerReferences": {"type": "array", "items": _items("OwnerReference"), "x-kubernetes-list-map-keys": ["uid"],
+                            "x-kubernetes-list-type": "map", "x-kubernetes-patch-merge-key": "uid",
+                            "x-kubernetes-patch-strategy": "merge"},
+        "resourceVersion": {"type": "string"}, "selfLink": {"type": "string"}, "uid": {"type": "string"}}},
+    f"{_META}.ManagedFieldsEntry": {"type": "object", "properties": {
+        "apiVersion": {"type": "string"}, "fieldsType": {"type": "string"},
+        "fieldsV1": {"allOf": [{"$ref": _ref("FieldsV1")}]}, "manager": {"type": "string"},
+        "operation": {"type": "string"}, "subresource": {"type": "string"},
+        "time": {"allOf": [{"$ref": _ref("Time")}]}}},
+    f"{_META}.OwnerReference": {"type": "object", "required": ["apiVersion", "kind", "name", "uid"], "properties": {
+        "apiVersion": {"type": "string", "default": ""}, "blockOwnerDeletion": {"type": "boolean"},
+        "controller": {"type": "boolean"}, "kind": {"type": "string", "default": ""},
+        "name": {"type": "string", "default": ""}, "uid": {"type": "string", "default": ""}},
+        "x-kubernetes-map-type": "atomic"},
+    f"{_META}.FieldsV1": {"type": "object"},
+    f"{_META}.Time": {"type": "string", "format": "date-time"},
+}
 
 
 def _crd_schemas(group: str, version: str) -> dict:
@@ -220,9 +291,15 @@ def _crd_schemas(group: str, version: str) -> dict:
             g, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
             for v in crd["spec"]["versions"]:
                 schema = dict((v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"})
+                # what every object has, as kube-apiserver publishes it with a CRD's schema (the structure;
+                # upstream's documentation of these fields is not repeated here)
+                schema["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                        "metadata": {"allOf": [{"$ref": _ref("ObjectMeta")}]},
+                                        **{k: p for k, p in (schema.get("properties") or {}).items()
+                                           if k not in ("apiVersion", "kind", "metadata")}}
                 schema["x-kubernetes-group-version-kind"] = [{"group": g, "version": v["name"], "kind": kind}]
                 name = ".".join(reversed(g.split("."))) + f".{v['name']}.{kind}"
-                table.setdefault((g, v["name"]), {})[name] = schema
+                table.setdefault((g, v["name"]), dict(_META_SCHEMAS))[name] = schema
         _CRD_SCHEMAS = table
     return _CRD_SCHEMAS.get((group, version), {})
 
@@ -232,6 +309,8 @@ def openapi_index() -> dict:
     for g, vs in group_versions().items():
         for v in vs:
             doc = openapi_gv(g, v)
+            if doc is None:
+                continue
             h = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32].upper()
             paths[_gv_path(g, v)] = {"serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash={h}"}
     return {"paths": paths}

@@ -60,6 +60,7 @@ GROUP_PACKAGES = {
     "scheduling.k8s.io": "k8s.io.api.scheduling", "storage.k8s.io": "k8s.io.api.storage",
     "networking.k8s.io": "k8s.io.api.networking", "discovery.k8s.io": "k8s.io.api.discovery",
     "events.k8s.io": "k8s.io.api.events", "autoscaling": "k8s.io.api.autoscaling", "node.k8s.io": "k8s.io.api.node",
+    "authorization.k8s.io": "k8s.io.api.authorization", "authentication.k8s.io": "k8s.io.api.authentication",
     "apiextensions.k8s.io": "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions",
 }
 

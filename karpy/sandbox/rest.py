@@ -158,6 +158,7 @@ class RestAPI:
         self.lock = lock
         self.clock = clock
         self.ca_pem = ca_pem  # the CA the kube-root-ca.crt ConfigMap of each namespace holds
+        self.client_cert_sha256: str | None = None  # the kubeconfig's client certificate, as SelfSubjectReview tells
         self.service_ips = A.ServiceIPs()
         with lock:
             for svc in api.all("Service"):
@@ -232,8 +233,53 @@ class RestAPI:
             if rl is None:
                 raise _NotFoundPath()
             return Response(200, rl)
+        rv = self._review_route(group, version, rest)
+        if rv is not None:
+            return self._review(method, rv[0], rv[1], group, version, query, headers, body)
         route = self._route(group, version, rest)
         return self._resource(method, route, query, headers, body)
+
+    # --- reviews ------------------------------------------------------------------------------------------
+    def _review_route(self, group: str, version: str, rest: list[str]) -> tuple[str, str | None] | None:
+        if len(rest) == 1 and D.review(group, version, rest[0]) is not None:
+            return rest[0], None
+        if len(rest) == 3 and rest[0] == "namespaces" and D.review(group, version, rest[2]) is not None:
+            return rest[2], rest[1]
+        return None
+
+    def _review(self, method: str, plural: str, ns: str | None, group: str, version: str, query: dict,
+                headers: Any, body: bytes) -> Response:
+        """Access and identity reviews. The sandbox authorizes every request, so it answers as kube-apiserver
+        answers a cluster admin (system:masters): allowed, to everything."""
+        kind, namespaced = D.review(group, version, plural)
+        if (ns is not None) != namespaced:
+            raise _NotFoundPath()
+        if method != "POST":
+            raise _method_not_allowed()
+        av = f"{group}/{version}"
+        obj = _parse_body(body, headers, expect=(av, kind))
+        if not isinstance(obj, dict):
+            raise E.BadRequest("the body of the request is not a JSON object")
+        now = fmt_time(self.clock.now())
+        out: dict[str, Any] = {"kind": kind, "apiVersion": av, "metadata": {"creationTimestamp": None}}
+        if kind == "SelfSubjectReview":
+            out["metadata"] = {"creationTimestamp": now}
+            user: dict[str, Any] = {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]}
+            if self.client_cert_sha256:
+                user["extra"] = {"authentication.kubernetes.io/credential-id": [f"X509SHA256={self.client_cert_sha256}"]}
+            out["status"] = {"userInfo": user}
+        elif kind == "SelfSubjectRulesReview":
+            out["spec"] = obj.get("spec") or {}
+            out["status"] = ADMIN_RULES
+        else:
+            spec = obj.get("spec") or {}
+            out["metadata"]["managedFields"] = [F.entry(_manager(query, headers), "Update", av, now,
+                                                        F.field_set({"spec": spec}, F.Shape(kind)), None)]
+            if ns is not None:
+                out["metadata"]["namespace"] = ns
+            out["spec"] = spec
+            out["status"] = {"allowed": True}
+        return Response(201, out)
 
     def _route(self, group: str, version: str, rest: list[str]) -> Route:
         watch_prefix = False
@@ -1589,6 +1635,23 @@ def _list_options(query: dict, watch: bool) -> dict:
         parsed_cont = _parse_continue(cont)
     return {"rv": rv, "match": match, "limit": limit, "timeout": timeout, "continue": parsed_cont}
 
+
+# what a cluster admin may do, as a SelfSubjectRulesReview lists it
+ADMIN_RULES = {
+    "resourceRules": [
+        {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+         "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+        {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
+        {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
+    ],
+    "nonResourceRules": [
+        {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+                                               "/openapi/*", "/readyz", "/version", "/version/"]},
+        {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]},
+        {"verbs": ["*"], "nonResourceURLs": ["*"]},
+    ],
+    "incomplete": False,
+}
 
 # the kinds whose DELETE answers with the object rather than a Status (kube-apiserver's ReturnDeletedObject)
 RETURNS_DELETED = frozenset({"Pod", "Service", "ServiceAccount", "Namespace", "PersistentVolumeClaim",
