@@ -147,6 +147,7 @@ class MemoryAPI:
         self._history: dict[str, deque[tuple[int, str, dict, dict | None]]] = {}
         self._history_floor: dict[str, int] = {}  # oldest resourceVersion a watch of that kind can resume after
         self.kind_rv: dict[str, int] = {}  # the resourceVersion of each kind's latest change
+        self.watch_floor = 0  # no watch resumes from before this resourceVersion (see start_watch_cache)
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependents
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self.write_hooks: list[Callable[[str, dict, dict | None], None]] = []  # (type, obj, old) after every write
@@ -185,6 +186,12 @@ class MemoryAPI:
                 items = [o for (ns, _), o in objs.items() if (not namespace or ns == namespace) and _matches(o, None, lp, fp)]
             return items, str(self._rv)
 
+    def start_watch_cache(self) -> None:
+        """From now on, watches resume only from resourceVersions after the current one, as kube-apiserver's
+        watch cache holds only what happened since it started (lists at older resourceVersions still work)."""
+        with self._lock:
+            self.watch_floor = self._rv
+
     def snapshot(self, kind: str, resource_version: int) -> list[dict]:
         """The objects of a kind as they were at ``resource_version``, from the current ones and the watch
         history; Gone when the history kept does not reach back that far."""
@@ -221,8 +228,9 @@ class MemoryAPI:
                     since = int(resource_version)
                 except ValueError:
                     raise E.BadRequest(f"invalid resourceVersion {resource_version!r}")
-                if since < self._history_floor.get(kind, 0):
-                    raise E.Gone(f"too old resource version: {since} ({self._history_floor.get(kind, 0)})")
+                floor = max(self._history_floor.get(kind, 0), self.watch_floor)
+                if since < floor:
+                    raise E.Gone(f"too old resource version: {since} ({floor})")
                 for rv, etype, obj, old in self._history.get(kind, ()):
                     if rv > since:
                         w._offer(etype, obj, old)

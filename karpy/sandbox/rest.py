@@ -95,7 +95,7 @@ class Response:
             return self.body
         if isinstance(self.body, str):
             return self.body.encode()
-        return orjson.dumps(self.body)
+        return orjson.dumps(self.body) + b"\n"  # as Go's JSON encoder ends what it writes
 
 
 def _status_ok(code: int = 200, details: dict | None = None) -> dict:

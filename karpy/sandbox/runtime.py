@@ -114,6 +114,7 @@ class Sandbox:
         with self.lock:
             if self.api.try_get("Service", "kubernetes", "default") is None:
                 self.api.create(kubernetes_service(port))
+            self.api.start_watch_cache()
 
     def apply(self, obj: dict) -> None:
         """Create or replace an object (as ``kubectl apply`` leaves it), creating its namespace if missing."""

@@ -137,6 +137,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(resp)
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """The status line, Date and an Audit-Id, as kube-apiserver's Go server sends them (no Server header)."""
+        import uuid
+
+        self.log_request(code)
+        self.send_response_only(code, message)
+        self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.send_header("Date", self.date_time_string())
+
     def _send(self, resp: Response) -> None:
         data = resp.payload()
         self.send_response(resp.status)

@@ -44,6 +44,11 @@ def _installed() -> str | None:
 
 @pytest.fixture(scope="module")
 def node() -> str:
+    return installed_client()
+
+
+def installed_client() -> str:
+    """The path of node, once the pinned client is installed in tests/sandbox/js (skips or fails without)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         _unavailable("node and npm are needed to run @kubernetes/client-node (not found on PATH)")
