@@ -7,6 +7,8 @@
   QoS class.
 * Services (:class:`ServiceIPs`): cluster IPs from ``10.96.0.0/12`` (``10.96.0.1`` is the ``kubernetes``
   Service's), node ports from 30000-32767, and the defaults of their spec.
+* PersistentVolumeClaims and PersistentVolumes: the protection finalizer, taken off at their deletion once
+  no pod uses them.
 * Secrets (``stringData`` folded into ``data``, type ``Opaque``), core Events (the zero values Go writes),
   DaemonSets (the template-generation annotation), Nodes created by clients (the ``not-ready`` taint, which
   the sandbox takes off once the node is Ready, as the node lifecycle controller does).
@@ -147,43 +149,53 @@ class ServiceIPs:
         raise RuntimeError("the node port range is full")
 
 
-def default_service(svc: dict, ips: ServiceIPs, old: dict | None = None) -> dict:
-    """A Service's spec as kube-apiserver defaults and allocates it (``old``: the Service it replaces, whose
-    addresses and ports stay)."""
+def default_service(svc: dict) -> dict:
+    """A Service's spec with the defaults kube-apiserver's decoder gives it (owned by whoever wrote it)."""
     spec = dict(svc.get("spec") or {})
-    ospec = (old or {}).get("spec") or {}
     stype = spec.setdefault("type", "ClusterIP")
     if stype != "ExternalName":
         spec.setdefault("sessionAffinity", "None")
         spec.setdefault("internalTrafficPolicy", "Cluster")
         if stype in ("NodePort", "LoadBalancer"):
             spec.setdefault("externalTrafficPolicy", "Cluster")
+    ports = []
+    for p in spec.get("ports") or ():
+        if isinstance(p, dict):
+            p = dict(p)
+            p.setdefault("protocol", "TCP")
+            if stype != "ExternalName":
+                p.setdefault("targetPort", p.get("port"))
+        ports.append(p)
+    if "ports" in spec:
+        spec["ports"] = ports
+    out = dict(svc)
+    out["spec"] = spec
+    return out
+
+
+def allocate_service(svc: dict, ips: ServiceIPs, old: dict | None = None) -> dict:
+    """A Service with the addresses and ports kube-apiserver's registry allocates (``old``: the Service it
+    replaces, whose addresses and ports stay)."""
+    spec = dict(svc.get("spec") or {})
+    ospec = (old or {}).get("spec") or {}
+    stype = spec.get("type") or "ClusterIP"
+    if stype != "ExternalName":
         if not spec.get("clusterIP") and ospec.get("clusterIP"):
             spec["clusterIP"] = ospec["clusterIP"]
         if not spec.get("clusterIP"):
             spec["clusterIP"] = ips.ip()
         spec.setdefault("clusterIPs", [spec["clusterIP"]])
-        if spec["clusterIP"] != "None":
-            spec.setdefault("ipFamilies", ["IPv4"])
-            spec.setdefault("ipFamilyPolicy", "SingleStack")
-        elif spec.get("selector"):
+        if spec["clusterIP"] != "None" or spec.get("selector"):
             spec.setdefault("ipFamilies", ["IPv4"])
             spec.setdefault("ipFamilyPolicy", "SingleStack")
     old_ports = {(p.get("port"), p.get("protocol") or "TCP"): p for p in ospec.get("ports") or () if isinstance(p, dict)}
-    ports = []
-    for p in spec.get("ports") or ():
-        if not isinstance(p, dict):
+    if stype in ("NodePort", "LoadBalancer") and spec.get("ports"):
+        ports = []
+        for p in spec["ports"]:
+            if isinstance(p, dict) and not p.get("nodePort"):
+                prev = old_ports.get((p.get("port"), p.get("protocol") or "TCP"))
+                p = {**p, "nodePort": prev["nodePort"] if prev and prev.get("nodePort") else ips.port()}
             ports.append(p)
-            continue
-        p = dict(p)
-        p.setdefault("protocol", "TCP")
-        if stype != "ExternalName":
-            p.setdefault("targetPort", p.get("port"))
-        if stype in ("NodePort", "LoadBalancer") and not p.get("nodePort"):
-            prev = old_ports.get((p.get("port"), p["protocol"]))
-            p["nodePort"] = prev["nodePort"] if prev and prev.get("nodePort") else ips.port()
-        ports.append(p)
-    if "ports" in spec:
         spec["ports"] = ports
     out = dict(svc)
     out["spec"] = spec
@@ -249,6 +261,20 @@ def default_daemonset(ds: dict, old: dict | None) -> dict:
     out = dict(ds)
     out["metadata"] = meta
     return out
+
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+PV_PROTECTION = "kubernetes.io/pv-protection"
+
+
+def protect_volume(obj: dict) -> dict:
+    """The StorageObjectInUseProtection admission: a claim or a volume is not deleted while in use."""
+    fin = PVC_PROTECTION if obj.get("kind") == "PersistentVolumeClaim" else PV_PROTECTION
+    meta = dict(obj.get("metadata") or {})
+    if fin in (meta.get("finalizers") or ()):
+        return obj
+    meta["finalizers"] = list(meta.get("finalizers") or ()) + [fin]
+    return {**obj, "metadata": meta}
 
 
 def taint_new_node(node: dict) -> dict:

@@ -168,7 +168,7 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
             ca_pem = f.read()
     box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
                   log_stream=sys.stdout, watch_history=watch_history, ca_pem=ca_pem)
-    rest = RestAPI(box.api, box.lock, box.clock, ca_pem=ca_pem)
+    rest = RestAPI(box.api, box.lock, box.clock, ca_pem=ca_pem, service_ips=box.service_ips)
     if certs is not None:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes

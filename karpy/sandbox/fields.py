@@ -49,13 +49,13 @@ _KEYED = {
 _KEY_DEFAULTS = {"protocol": "TCP"}
 _SETS = frozenset({"finalizers"})
 # maps (string keys chosen by users) rather than structs
-_MAPS = frozenset({"labels", "annotations", "data", "binaryData", "stringData", "nodeSelector", "requests", "limits",
+_MAPS = frozenset({"labels", "annotations", "data", "binaryData", "stringData", "requests", "limits",
                    "capacity", "allocatable", "matchLabels", "hard", "used", "parameters", "overhead", "podFixed",
                    "allocatedResources"})
 # structs and maps kube-apiserver replaces as a whole (structType/mapType atomic)
-_ATOMIC_STRUCTS = frozenset({"selector", "labelSelector", "namespaceSelector", "roleRef", "involvedObject",
-                             "regarding", "related", "configMapKeyRef", "secretKeyRef", "fieldRef",
-                             "resourceFieldRef", "nodeSelectorTerm"})
+_ATOMIC_STRUCTS = frozenset({"labelSelector", "namespaceSelector", "roleRef", "involvedObject", "regarding",
+                             "related", "configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef",
+                             "nodeSelectorTerm", "nodeSelector"})
 # lists of conditions kube-apiserver keeps atomic
 _ATOMIC_CONDITIONS = frozenset({"Job"})
 # the workload kinds whose spec.selector is a LabelSelector (atomic), and Services, whose selector is a map (atomic)
@@ -124,7 +124,7 @@ class Shape:
         last = names[-1] if names else ""
         if last == "selector":
             return names == ("spec", "selector") and self.kind in _SELECTOR_OWNERS
-        return last in _ATOMIC_STRUCTS or (last == "nodeSelector" and "nodeAffinity" in names)
+        return last in _ATOMIC_STRUCTS
 
 
 def _key_json(item: dict, keys: tuple[str, ...]) -> str:

@@ -153,13 +153,13 @@ def _event_from_v1(ev: dict) -> dict:
 class RestAPI:
     def __init__(self, api: MemoryAPI, lock: threading.RLock, clock: Any, *, stopping: threading.Event | None = None,
                  ready: Callable[[], bool] | None = None, server_address: str = "127.0.0.1:6443",
-                 ca_pem: str | None = None):
+                 ca_pem: str | None = None, service_ips: A.ServiceIPs | None = None):
         self.api = api
         self.lock = lock
         self.clock = clock
         self.ca_pem = ca_pem  # the CA the kube-root-ca.crt ConfigMap of each namespace holds
         self.client_cert_sha256: str | None = None  # the kubeconfig's client certificate, as SelfSubjectReview tells
-        self.service_ips = A.ServiceIPs()
+        self.service_ips = service_ips or A.ServiceIPs()
         with lock:
             for svc in api.all("Service"):
                 self.service_ips.note(svc)
@@ -664,7 +664,7 @@ class RestAPI:
                 meta["name"] = self._generate_name(s.kind, meta.get("namespace", ""), prefix)
             obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
             obj = self._defaults(s, obj, None)
-            obj = self._track(s, None, obj, _manager(query, headers))
+            obj = self._track(s, None, obj, _manager(query, headers), seen=_as_field_manager_sees(s, obj))
             obj = self._strategy_on_create(s, obj)
             if dry:
                 if self.api.try_get(s.kind, meta["name"], meta.get("namespace", "")) is not None:
@@ -682,6 +682,8 @@ class RestAPI:
         if s.kind in ("ConfigMap", "Secret"):
             obj = {k: v for k, v in obj.items() if k not in ("data", "binaryData", "stringData") or v}
             return A.default_secret(obj) if s.kind == "Secret" else obj
+        if s.kind == "Service":
+            return A.default_service(obj)
         if s.kind == "Event":
             io_ns = (obj.get("involvedObject") or {}).get("namespace")
             if io_ns and io_ns != _meta(obj).get("namespace"):
@@ -695,6 +697,8 @@ class RestAPI:
             if isinstance(tmpl, dict) and "creationTimestamp" not in (tmpl.get("metadata") or {}):
                 obj = {**obj, "spec": {**spec, "template": {**tmpl, "metadata": {**(tmpl.get("metadata") or {}),
                                                                                  "creationTimestamp": None}}}}
+        if s.kind == "DaemonSet":
+            obj = A.default_daemonset(obj, old)
         if (s.kind == "Pod" and old is None) or s.kind == "Job":
             obj = dict(obj)
             obj["spec"] = {**(obj.get("spec") or {})}
@@ -709,15 +713,13 @@ class RestAPI:
             obj["spec"] = {"finalizers": ["kubernetes"], **(obj.get("spec") or {})}
             obj["status"] = {"phase": "Active"}
         elif s.kind == "Service":
-            obj = A.default_service(obj, self.service_ips)
-        elif s.kind == "DaemonSet":
-            obj = A.default_daemonset(obj, None)
+            obj = A.allocate_service(obj, self.service_ips)
         elif s.kind == "Node":
             obj = A.taint_new_node(obj)
         elif s.kind == "Job":
             obj = _job_labels(obj)
         elif s.kind == "PersistentVolumeClaim" or s.kind == "PersistentVolume":
-            obj = {**obj, "status": {"phase": "Pending"}}
+            obj = {**A.protect_volume(obj), "status": {"phase": "Pending"}}
         if "status" in s.type.subresources and "status" not in obj:
             zero = F.empty_object(s.kind, _expect(s) is None).get("status")
             if zero is not None:
@@ -748,10 +750,14 @@ class RestAPI:
     def _dry_created(self, obj: dict) -> dict:
         """A dry-run create's answer: the object with the uid and creationTimestamp it would have had (and no
         resourceVersion, since nothing was written)."""
+        from ..kube.registry import GENERATION_KINDS
+
         m = _meta(obj)
-        return {**obj, "metadata": {**m, "uid": self.api.new_uid(str(obj.get("kind")), m.get("namespace", ""),
-                                                                   m.get("name", "")),
-                                    "creationTimestamp": fmt_time(self.clock.now())}}
+        meta = {**m, "uid": self.api.new_uid(str(obj.get("kind")), m.get("namespace", ""), m.get("name", "")),
+                "creationTimestamp": fmt_time(self.clock.now())}
+        if obj.get("kind") in GENERATION_KINDS:
+            meta["generation"] = 1
+        return {**obj, "metadata": meta}
 
     def _generate_name(self, kind: str, ns: str, prefix: str) -> str:
         while True:
@@ -1033,9 +1039,7 @@ class RestAPI:
 
     def _strategy_on_update(self, s: D.Served, obj: dict, cur: dict) -> dict:
         if s.kind == "Service":
-            return A.default_service(obj, self.service_ips, cur)
-        if s.kind == "DaemonSet":
-            return A.default_daemonset(obj, cur)
+            return A.allocate_service(obj, self.service_ips, cur)
         return obj
 
     def _status_write(self, s: D.Served, cur: dict, new: dict, query: dict) -> dict:
@@ -1082,9 +1086,10 @@ class RestAPI:
         return new
 
     def _track(self, s: D.Served, old: dict | None, new: dict, manager: str, sub: str | None = None,
-               sent: Any = None) -> dict:
+               sent: Any = None, seen: dict | None = None) -> dict:
         """``new`` with the managed fields an update by ``manager`` leaves (see :mod:`.fields`). ``sent``: the
-        managedFields the client sent (an empty list resets them: nothing is tracked then)."""
+        managedFields the client sent (an empty list resets them: nothing is tracked then); ``seen``: the object
+        as kube-apiserver's field manager sees it, when its strategy adds to it afterwards."""
         if sent is None:
             sent = MISSING_FIELD
         if isinstance(sent, list) and not sent:
@@ -1095,7 +1100,7 @@ class RestAPI:
         shape = self._shape(s)
         before = old if old is not None else F.empty_object(s.kind, _expect(s) is None)
         added, modified, removed = F.compare(self._out(s, before) if old is not None else before,
-                                             self._out(s, new), shape)
+                                             self._out(s, seen if seen is not None else new), shape)
         changed = self._tracked(s, added | modified, sub)
         removed = self._tracked(s, removed, sub)
         entries = base
@@ -1261,6 +1266,8 @@ class RestAPI:
                 self.service_ips.forget(cur)
             out = self.api.delete(s.kind, r.name, ns, propagation=propagation, preconditions=o["preconditions"])
             still = self.api.try_get(s.kind, r.name, ns)
+            if still is not None and s.kind in ("PersistentVolumeClaim", "PersistentVolume"):
+                self._release_volume(s.kind, still)
         if still is not None:
             return self._render_one(s, still, headers)
         if marker:
@@ -1277,6 +1284,24 @@ class RestAPI:
             return self._render_one(s, out or cur, headers)
         return Response(200, _deleted_status(s, cur))
 
+    def _release_volume(self, kind: str, obj: dict) -> None:
+        """The protection controller: a claim (volume) being deleted loses its finalizer once no pod (claim)
+        uses it."""
+        m = _meta(obj)
+        fin = A.PVC_PROTECTION if kind == "PersistentVolumeClaim" else A.PV_PROTECTION
+        if fin not in (m.get("finalizers") or ()):
+            return
+        if kind == "PersistentVolumeClaim":
+            used = any(((v.get("persistentVolumeClaim") or {}).get("claimName") == m.get("name"))
+                       for p in self.api.list("Pod", m.get("namespace"))[0]
+                       for v in (p.get("spec") or {}).get("volumes") or () if isinstance(v, dict))
+        else:
+            used = any((c.get("spec") or {}).get("volumeName") == m.get("name")
+                       for c in self.api.all("PersistentVolumeClaim"))
+        if not used:
+            left = [f for f in m.get("finalizers") or () if f != fin]
+            self.api.patch(kind, m["name"], {"metadata": {"finalizers": left or None}}, m.get("namespace", ""))
+
     def _delete_namespace_contents(self, ns: str) -> None:
         if ns in SYSTEM_NAMESPACES:
             raise E.Forbidden(f'namespaces "{ns}" is forbidden: this namespace may not be deleted', kind="namespaces",
@@ -1292,6 +1317,14 @@ class RestAPI:
                     self.api.delete(t.kind, _meta(o)["name"], ns)
                 except E.NotFound:
                     pass
+        # what finalizers still hold goes with its namespace (kube-apiserver would wait for their controllers)
+        for t in BY_KIND.values():
+            if t.namespaced:
+                for o in self.api.list(t.kind, ns)[0]:
+                    try:
+                        self.api.remove(t.kind, _meta(o)["name"], ns)
+                    except E.NotFound:
+                        pass
 
     def _delete_collection(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
@@ -1665,6 +1698,25 @@ def _deleted_status(s: D.Served, obj: dict) -> dict:
     details["kind"] = s.plural
     details["uid"] = _meta(obj).get("uid")
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def _as_field_manager_sees(s: D.Served, obj: dict) -> dict | None:
+    """A created Job before kube-apiserver's strategy generates its selector and the pod template's labels
+    (karpy's validation generates them earlier): what its field manager tracks."""
+    spec = obj.get("spec") if s.kind == "Job" else None
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True:
+        return None
+    tmpl = spec.get("template") or {}
+    tmeta = dict(tmpl.get("metadata") or {})
+    labels = {k: v for k, v in (tmeta.get("labels") or {}).items()
+              if k not in ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
+                           "job-name")}
+    if labels:
+        tmeta["labels"] = labels
+    else:
+        tmeta.pop("labels", None)
+    return {**obj, "spec": {**{k: v for k, v in spec.items() if k != "selector"},
+                            "template": {**tmpl, "metadata": tmeta}}}
 
 
 def _job_labels(job: dict) -> dict:

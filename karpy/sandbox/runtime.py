@@ -27,7 +27,8 @@ from ..kube.registry import is_namespaced
 from ..runtime.clock import RealClock
 from ..runtime.log import Logger
 from ..simulator.sim import Simulation, _clean
-from .admission import admit_pod, default_secret, kubernetes_service, namespace_objects
+from .admission import (ServiceIPs, admit_pod, allocate_service, default_secret, default_service,
+                        kubernetes_service, namespace_objects)
 from .crds import installed_crds
 from .rest import SYSTEM_NAMESPACES
 from .status import WorkloadStatus
@@ -61,6 +62,7 @@ class Sandbox:
         self.api = self.sim.api
         self.api.pod_admission = admit_pod
         self.ca_pem = ca_pem
+        self.service_ips = ServiceIPs()
         if watch_history is not None:
             self.api.history_limit = int(watch_history)
         self.mgr = self.sim.mgr
@@ -127,6 +129,8 @@ class Sandbox:
                 return
             if kind == "Secret":
                 obj = default_secret(obj)
+            elif kind == "Service":
+                obj = allocate_service(default_service(obj), self.service_ips)
             self.sim.apply(obj)
 
     # --- the loop -----------------------------------------------------------------------------------

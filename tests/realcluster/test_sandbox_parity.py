@@ -194,6 +194,29 @@ class Pair:
     def each(self, fn: Callable[[Server], Any]) -> tuple[Any, Any]:
         return fn(self.real), fn(self.sandbox)
 
+    def each_at_once(self, fn: Callable[[Server], Any]) -> tuple[Any, Any]:
+        """``each``, with both servers played at the same time (for probes that wait on the clock)."""
+        box: dict[str, Any] = {}
+
+        def run(s: Server) -> None:
+            try:
+                box[s.name] = ("ok", fn(s))
+            except BaseException as e:  # noqa: BLE001 - raised below, in the test's thread
+                box[s.name] = ("error", e)
+
+        threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in self]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        out = []
+        for s in self:
+            status, value = box.get(s.name, ("error", AssertionError(f"[{s.name}] the probe did not finish")))
+            if status == "error":
+                raise value
+            out.append(value)
+        return out[0], out[1]
+
     def request(self, *a: Any, **kw: Any) -> tuple[Reply, Reply]:
         return self.each(lambda s: s.request(*a, **kw))
 
@@ -604,26 +627,32 @@ def test_watch_bookmarks_and_timeout(both):
 
     def play(s: Server) -> dict:
         out = {}
-        for what, path, change in (
-                ("configmaps", f"{cms}?fieldSelector=metadata.name%3Dnone",
-                 lambda: s.create(cms, _labelled("filtered-out"))),
-                ("nodepools", "/apis/karpenter.sh/v1/nodepools?labelSelector=none%3Dnone",
-                 lambda: s.create("/apis/karpenter.sh/v1/nodepools", _nodepool(f"{ns}-filtered-out")))):
+        cases = (("configmaps", f"{cms}?fieldSelector=metadata.name%3Dnone",
+                  lambda: s.create(cms, _labelled(f"filtered-out-{s.name}"))),
+                 ("nodepools", "/apis/karpenter.sh/v1/nodepools?labelSelector=none%3Dnone",
+                  lambda: s.create("/apis/karpenter.sh/v1/nodepools", _nodepool(f"{ns}-filtered-out"))))
+        started = []
+        for what, path, _ in cases:  # all at once: each takes its 3 s
             rv = s.get(path + "&limit=1")["metadata"]["resourceVersion"]
-            idle = s.watch(f"{path}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=4")
-            out[f"{what}, idle"] = (idle.status, idle.ended_by_server, idle.events)
-            result = s.watch_in_background(f"{path}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true"
-                                           "&timeoutSeconds=4")
+            query = f"&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3"
+            started.append((what, rv, s.watch_in_background(path + query), s.watch_in_background(path + query)))
+        plain = s.watch_in_background(f"{cms}?watch=true&timeoutSeconds=2&fieldSelector=metadata.name%3Dnone")
+        time.sleep(0.5)  # the watches are set up (a late change would only mean no bookmark for the idle ones)
+        for (what, rv, idle, moved), (_, _, change) in zip(started, cases):
+            out[f"{what}, moved on"] = rv
+        for _, path, change in cases:
             change()
-            w = result()
-            out[f"{what}, moved on"] = (w.status, w.ended_by_server, bool(w.events),
-                                        {_bookmark_shape(e) for e in w.events},
-                                        all(int(e["object"]["metadata"]["resourceVersion"]) > int(rv) for e in w.events))
-        plain = s.watch(f"{cms}?watch=true&timeoutSeconds=2&fieldSelector=metadata.name%3Dnone")
-        out["no bookmarks unless asked"] = (plain.ended_by_server, plain.events)
-        return out
+        for what, rv, idle, moved in started:
+            i, w = idle(), moved()
+            out[f"{what}, watched"] = sorted([(x.status, x.ended_by_server, bool(x.events),
+                                               sorted({_bookmark_shape(e) for e in x.events}),
+                                               all(int(e["object"]["metadata"]["resourceVersion"]) > int(rv)
+                                                   for e in x.events)) for x in (i, w)])
+        p = plain()
+        out["no bookmarks unless asked"] = (p.ended_by_server, p.events)
+        return {k: v for k, v in out.items() if not k.endswith("moved on")}
 
-    same(*both.each(play))
+    same(*both.each_at_once(play))
 
 
 def test_watch_selectors(both):
@@ -1322,3 +1351,71 @@ def test_javascript_client(both):
     r, b = both.each(play)
     r[1].pop("namespaces", None), b[1].pop("namespaces", None)
     same(r, b)
+
+
+# --- objects as created, read and deleted ---------------------------------------------------------------------
+
+def _object_view(o: Any) -> Any:
+    """An object as a client reads it, normalised; the control plane's managed fields and status left out (the
+    status is compared where the sandbox's world writes it the same way, in the tests of kubectl)."""
+    if not isinstance(o, dict):
+        return o
+    o = json.loads(json.dumps(o))
+    m = o.get("metadata") or {}
+    if "managedFields" in m:
+        m["managedFields"] = _managed(o)
+    return o
+
+
+def test_objects_as_created_read_and_deleted(both):
+    ns = both.namespace("p-objects")
+    objs = _table_objects(ns) + [
+        (f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unscheduled"},
+                                           "spec": {"schedulerName": "nobody", "containers": [
+                                               {"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                                "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}}),
+        (f"/apis/apps/v1/namespaces/{ns}/daemonsets",
+         {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+          "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+              "metadata": {"labels": {"app": "agent"}},
+              "spec": {"nodeSelector": {"nowhere": "true"}, "containers": [{"name": "c", "image": "pause"}]}}}}),
+        (f"/apis/apps/v1/namespaces/{ns}/statefulsets",
+         {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+          "spec": {"replicas": 0, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": {
+              "metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "pause"}]}}}}),
+        (f"/api/v1/namespaces/{ns}/services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "exposed"},
+                                               "spec": {"type": "NodePort", "selector": {"app": "web"},
+                                                        "ports": [{"name": "http", "port": 80}]}}),
+        ("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{ns}-node",
+                                                                             "labels": {"pool": "none"}},
+                           "spec": {"taints": [{"key": "parity", "effect": "NoSchedule"}]}}),
+    ]
+
+    def play(s: Server) -> dict:
+        out: dict[str, Any] = {}
+        for path, obj in objs:
+            r = s.request("POST", path, obj)
+            created = r.body
+            kind = obj["kind"]
+            view = _object_view({k: v for k, v in created.items() if k != "status"})
+            for p in (view.get("spec") or {}).get("ports") or () if kind == "Service" else ():
+                p.pop("nodePort", None)  # allocated, one of 30000-32767
+            out[f"create {kind}"] = (r.status, view)
+            name = created["metadata"]["name"]
+            got = s.get(f"{path}/{name}")
+            if kind != "Node":  # (the node lifecycle controller may have taken its not-ready taint off already)
+                out[f"get {kind}: as created"] = {k: v for k, v in got.items() if k not in ("status", "metadata")} == \
+                    {k: v for k, v in created.items() if k not in ("status", "metadata")}
+            dry = s.request("POST", f"{path}?dryRun=All", {**obj, "metadata": {**obj["metadata"], "name": f"{name}-dry"}})
+            out[f"dry-run create {kind}"] = (dry.status, sorted(dry.body.get("metadata") or {}))
+        for path, obj in reversed(objs):
+            name = obj["metadata"]["name"]
+            r = s.request("DELETE", f"{path}/{name}")
+            body = r.body
+            view = ("Status", body.get("status"), body.get("details")) if body.get("kind") == "Status" else \
+                (body.get("kind"), sorted(body["metadata"]), sorted(body["metadata"].get("finalizers") or ()),
+                 (body.get("status") or {}).get("phase"))
+            out[f"delete {obj['kind']}"] = (r.status, view)
+        return out
+
+    same(*both.each(play))
