@@ -926,7 +926,9 @@ class TestZonalSpread:
                            bound=[pod(labels=WEB, cpu="1.1") for _ in range(3)])
         r = solve(template(), spread_pods(3, spread(LABEL_ZONE, 1, WEB), cpu="1.1"), existing=[e1])
         assert r.existing == {}
-        assert domain_counts(r, LABEL_ZONE, WEB) == {"test-zone-2": 1, "test-zone-3": 2}
+        # the first pod opens zone-2, the second zone-3; the third goes to the NodeClaim upstream tries first
+        # among those holding as few pods, the older one (zone-2)
+        assert domain_counts(r, LABEL_ZONE, WEB) == {"test-zone-2": 2, "test-zone-3": 1}
 
     def test_pods_that_do_not_match_the_selector_are_not_counted(self):
         # zone-1 runs one matching pod and several that must not count; zone-2 runs one matching pod;

@@ -25,6 +25,8 @@ The engine is pure: no I/O, no clock, deterministic for the same input.
 
 from __future__ import annotations
 
+import heapq
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
@@ -227,7 +229,7 @@ class _TemplateState:
 class _Claim:
     """A NodeClaim being built by this solve."""
 
-    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed")
+    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed", "rank", "row")
 
     def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int):
         self.ts = ts
@@ -239,6 +241,10 @@ class _Claim:
         self.host_ports: set = set(ts.daemon_ports)
         self.seq = seq
         self.placed: list[tuple["_Class", int]] = []
+        # its place among NodeClaims holding as many pods (see Scheduler._place_in_flight): a new one comes after
+        # the others; one that just took pods comes before those that reached its count earlier
+        self.rank = seq
+        self.row = -1  # its row in the solver's matrices of open NodeClaims, once opened
         self._refresh_max()
 
     def _refresh_max(self) -> None:
@@ -497,8 +503,12 @@ class Scheduler:
         self._existing_input = list(existing)
         self._bound_elsewhere = list(bound_pods_elsewhere)
         self.claims: list[_Claim] = []
-        self._cursor: dict[tuple, int] = {}
         self._seq = 0
+        self._promotions = 0
+        # the open NodeClaims' room, pod counts and order, row by row, for picking candidates without a loop
+        self._cm_used: np.ndarray | None = None
+        self._cm_max: np.ndarray | None = None
+        self._cm_key = np.zeros((0, 2), dtype=np.int64)
         self._universe_cache: dict[str, set[str]] = {}
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
@@ -738,24 +748,136 @@ class Scheduler:
                     ports.update(cls.rep.host_ports)
                 self._record(cls, node, n)
                 placed_existing.setdefault(node.node.name, []).extend(taken)
-        # then the NodeClaims this solve opened
-        start = self._cursor.get(cls.req_key, 0)
-        i = start
-        claims = self.claims
-        while cls.pods and i < len(claims):
-            claim = claims[i]
-            n, full = self._try_claim(cls, claim, len(cls.pods))
-            if full and i == start:
-                start += 1
-            i += 1
-        self._cursor[cls.req_key] = start
-        # then new NodeClaims, one NodePool after another in weight order
+        # then the NodeClaims this solve opened, then a new one, one NodePool after another in weight order
         reason = None
+        heap = self._in_flight(cls)
+        dead: set[int] = set()
         while cls.pods:
-            ok, reason = self._new_claim(cls)
+            if heap and self._place_in_flight(cls, heap, dead):
+                continue
+            # a pod with topology terms may let the NodeClaims already open take the next one once it is counted
+            opened = len(self.claims)
+            ok, reason = self._new_claim(cls, 1 if cls.topology_bound() else len(cls.pods))
             if not ok:
                 return reason
+            for i in range(opened, len(self.claims)):
+                heapq.heappush(heap, (len(self.claims[i].pods), self.claims[i].rank, i))
         return None
+
+    def _in_flight(self, cls: _Class) -> list[tuple[int, int, int]]:
+        """The NodeClaims this solve opened that might take a pod of the class, as a heap in the order
+        upstream's scheduler tries them: by how many pods they hold, fewest first, with a stable sort (among
+        equals, the NodeClaim that reached that count last comes first, and a new NodeClaim after older ones)."""
+        n = len(self.claims)
+        if not n:
+            return []
+        nz = cls.nz
+        if len(nz):  # those where some instance type left has room for one more of these pods
+            ok = np.all(self._cm_used[:n][:, nz] + cls.request_vec[nz] <= self._cm_max[:n][:, nz], axis=1)
+            rows = np.flatnonzero(ok)
+        else:
+            rows = np.arange(n)
+        keys = self._cm_key[rows]
+        heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
+        heapq.heapify(heap)
+        return heap
+
+    def _sync_claim(self, claim: _Claim) -> None:
+        """Copy an open NodeClaim's room, pod count and rank into the solver's matrices."""
+        r = claim.row
+        if self._cm_used is None:
+            width = len(claim.used)
+            self._cm_used = np.zeros((0, width), dtype=np.int64)
+            self._cm_max = np.zeros((0, width), dtype=np.int64)
+        if r >= len(self._cm_used):
+            grow = max(64, 2 * len(self._cm_used))
+            self._cm_used = np.vstack([self._cm_used, np.zeros((grow, self._cm_used.shape[1]), dtype=np.int64)])
+            self._cm_max = np.vstack([self._cm_max, np.zeros((grow, self._cm_max.shape[1]), dtype=np.int64)])
+            self._cm_key = np.vstack([self._cm_key, np.zeros((grow, 2), dtype=np.int64)])
+        self._cm_used[r] = claim.used
+        self._cm_max[r] = claim.max_alloc
+        self._cm_key[r, 0] = len(claim.pods)
+        self._cm_key[r, 1] = claim.rank
+
+    def _place_in_flight(self, cls: _Class, heap: list[tuple[int, int, int]], dead: set[int]) -> bool:
+        """Place pods of the class on the NodeClaims of ``heap`` (see :meth:`_in_flight`), the first that takes
+        a pod winning it. False when none takes the class's next pod.
+
+        Pods of a class without topology terms are placed in bulk: a NodeClaim's acceptance can only shrink as it
+        takes them, so the first NodeClaim in order keeps the pods until it holds one more than the next
+        NodeClaim that accepts them. Pods with topology terms (whose acceptance follows the counts) go one at a
+        time; a NodeClaim refused for anything but the counts (requirements, taints, ports, room) never takes a
+        pod of the class, and neither does one refused by hostname terms alone (counts on a hostname only grow)."""
+        claims = self.claims
+        placed = False
+        if not cls.topology_bound():
+            while cls.pods and heap:
+                _, _, i = heapq.heappop(heap)
+                c = claims[i]
+                limit = len(cls.pods)
+                while heap:  # up to one more than the next NodeClaim holds, if that one takes such a pod at all
+                    n_next, _, j = heap[0]
+                    if self._fit_claim(cls, claims[j], 1)[0] > 0:
+                        limit = min(limit, n_next - len(c.pods) + 1)
+                        break
+                    heapq.heappop(heap)  # it never will, for this class
+                n, new_req, new_idx, _ = self._fit_claim(cls, c, limit)
+                if n <= 0:
+                    continue
+                self._commit(cls, c, n, new_req, new_idx)
+                placed = True
+                heapq.heappush(heap, (len(c.pods), c.rank, i))
+            return placed
+        permanent = self._hostname_only(cls)
+        # when every topology term of the class is keyed on one label (the zone), a NodeClaim pinned to a domain
+        # the counts refuse tells the same of every NodeClaim pinned there, for this pod
+        single = self._single_key(cls)
+        while cls.pods:
+            skipped = []
+            refused: set[str] = set()
+            took = False
+            while heap:
+                entry = heapq.heappop(heap)
+                i = entry[2]
+                if i in dead:
+                    continue
+                c = claims[i]
+                d = c.domain(single) if single is not None else None
+                if d is not None and d in refused:
+                    skipped.append(entry)
+                    continue
+                n, new_req, new_idx, why = self._fit_claim(cls, c, 1)
+                if n > 0:
+                    self._commit(cls, c, n, new_req, new_idx)
+                    heapq.heappush(heap, (len(c.pods), c.rank, i))
+                    took = placed = True
+                    break
+                if why == "would violate topology constraints" and not permanent:
+                    skipped.append(entry)  # the counts may allow it for a later pod
+                    if d is not None:
+                        refused.add(d)
+                else:
+                    dead.add(i)
+            for e in skipped:
+                heapq.heappush(heap, e)
+            if not took:
+                break
+        return placed
+
+    def _single_key(self, cls: _Class) -> str | None:
+        """The one label every topology term that concerns the class is keyed on, if it is not the hostname."""
+        groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
+        groups += cls.inverse() + [g for g in cls.selecting() if g.kind == SPREAD]
+        keys = {g.key for g in groups}
+        if len(keys) == 1 and LABEL_HOSTNAME not in keys:
+            return next(iter(keys))
+        return None
+
+    def _hostname_only(self, cls: _Class) -> bool:
+        """Whether every topology term that concerns the class is keyed on the hostname."""
+        groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
+        groups += cls.inverse() + [g for g in cls.selecting() if g.kind == SPREAD]
+        return all(g.key == LABEL_HOSTNAME for g in groups) and not cls.affinities
 
     # --- capacity of one node or claim for a class -------------------------------------
     def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:
@@ -787,19 +909,6 @@ class Scheduler:
             return 0, None
         return k, None
 
-    def _try_claim(self, cls: _Class, claim: _Claim, want: int) -> tuple[int, bool]:
-        """Add up to ``want`` pods of the class to the claim; returns (added, claim is full for this size)."""
-        # quick resource test against the largest remaining type, per resource
-        used = claim.used
-        rv = cls.request_vec
-        for j in cls.nz_list:
-            if used[j] + rv[j] > claim.max_alloc[j]:
-                return 0, True
-        n, new_req, new_idx, _ = self._fit_claim(cls, claim, want)
-        if n <= 0:
-            return 0, False
-        self._commit(cls, claim, n, new_req, new_idx)
-        return n, False
 
     def _fit_claim(self, cls: _Class, claim: _Claim, want: int) -> tuple[int, Requirements | None, np.ndarray | None, str | None]:
         ts = claim.ts
@@ -886,6 +995,9 @@ class Scheduler:
 
     def _commit(self, cls: _Class, claim: _Claim, n: int, new_req: Requirements, new_idx: np.ndarray) -> None:
         taken, cls.pods = cls.pods[:n], cls.pods[n:]
+        if claim.pods:  # it holds more pods now: first among those that hold as many (a stable sort by count)
+            self._promotions += 1
+            claim.rank = -self._promotions
         claim.pods.extend(taken)
         claim.used = claim.used + cls.request_vec * n
         if new_req is not claim.req:
@@ -896,6 +1008,8 @@ class Scheduler:
         if len(new_idx) != len(claim.idx):
             claim.idx = new_idx
             claim._refresh_max()
+        if claim.row >= 0:
+            self._sync_claim(claim)
         if cls.rep.host_ports:
             claim.host_ports.update(cls.rep.host_ports)
         self._record(cls, claim, n)
@@ -929,7 +1043,7 @@ class Scheduler:
             self._keys_seen = dict(self.topology.groups)
         return keys
 
-    def _new_claim(self, cls: _Class) -> tuple[bool, str | None]:
+    def _new_claim(self, cls: _Class, want: int | None = None) -> tuple[bool, str | None]:
         reasons = []
         for ts in self.tstates:
             tpl = ts.tpl
@@ -956,12 +1070,14 @@ class Scheduler:
                 continue
             self._seq += 1
             claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq)
-            n, new_req, new_idx, why = self._fit_claim(cls, claim, len(cls.pods))
+            n, new_req, new_idx, why = self._fit_claim(cls, claim, want or len(cls.pods))
             if n <= 0:
                 reasons.append(self._incompatible_message(cls, ts, why))
                 continue
             self._commit(cls, claim, n, new_req, new_idx)
+            claim.row = len(self.claims)
             self.claims.append(claim)
+            self._sync_claim(claim)
             if rem is not None:
                 self.remaining[tpl.nodepool] = rem - ts.capacity[claim.idx].max(axis=0)
             if tpl.nodepool in self.remaining_nodes:
