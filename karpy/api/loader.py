@@ -373,6 +373,9 @@ def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]
 # --- documents ------------------------------------------------------------------
 
 
+NOT_CHECKED_FIELD = "<nil>"  # where kube-apiserver says a custom resource's CEL rules were not checked
+
+
 def _field_errors(file: str, index: int, v: Validated) -> list[FieldError]:
     return [FieldError(file, index, v.kind, v.name, f, m) for f, m in v.errors]
 
@@ -448,7 +451,10 @@ def _load_one(file: str, index: int, raw: Any, result: LoadResult, clean: bool =
     _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
 
 
-def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str) -> None:
+def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str,
+                   api_notes: bool = False) -> None:
+    """Validate one manifest into ``result``. ``api_notes``: keep kube-apiserver's note that a custom resource's
+    CEL rules were not checked (its error at ``<nil>``), which only an API server's client wants to see."""
     try:
         v = validate_manifest(data, prefix=prefix, seed=seed)
     except RecursionError:
@@ -461,7 +467,10 @@ def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, pref
         )
         return
     if v.errors:
-        result.errors.extend(_field_errors(file, index, v))
+        errors = _field_errors(file, index, v)
+        if not api_notes:
+            errors = [e for e in errors if e.field != NOT_CHECKED_FIELD] or errors
+        result.errors.extend(errors)
         return
     result.documents.append(_document(file, index, v, prefix))
 
@@ -572,7 +581,7 @@ def load_text(text: str, file: str = STDIN_NAME) -> LoadResult:
 
 
 def validate_object(
-    obj: Any, *, file: str = "<object>", index: int = 0, old: Any = None
+    obj: Any, *, file: str = "<object>", index: int = 0, old: Any = None, api_notes: bool = False
 ) -> tuple[Document | None, list[FieldError]]:
     """Validate and default one in-memory manifest (e.g. after a Scenario ``patch``).
 
@@ -592,7 +601,7 @@ def validate_object(
         return None, result.errors or [FieldError(file, index, None, None, "", "invalid object")]
     except Exception as e:  # noqa: BLE001 - not JSON-shaped at all
         return None, [FieldError(file, index, None, None, "", f"Invalid value: not a manifest: {type(e).__name__}")]
-    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
+    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}", api_notes=api_notes)
     if not result.errors and result.documents and old is not None:
         d = result.documents[0]
         try:

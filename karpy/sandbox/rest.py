@@ -13,19 +13,30 @@ over HTTP). It does what kube-apiserver does around its storage:
   (:func:`karpy.api.loader.validate_object`, the CRDs' OpenAPI and CEL rules
   and the built-in kinds' Go validation); an invalid object is a 422 with one
   cause per field; server-set metadata is ignored on create, status is reset
-  (except for Nodes), namespaces must exist;
-* patches: JSON merge, strategic merge (JSON merge for custom resources, as
-  kubectl expects), JSON patch, and server-side apply (applied as a merge, and
-  creating the object when it is missing);
+  to the kind's zero status (except for Nodes), namespaces must exist; what
+  kube-apiserver's decoder, strategies and admission plugins add besides
+  (Service addresses, a pod's ServiceAccount and tolerations, ...) comes from
+  :mod:`karpy.sandbox.admission`;
+* ``metadata.managedFields`` for every write, and server-side apply with field
+  ownership, conflicts and ``force`` (:mod:`karpy.sandbox.fields`);
+* patches: JSON merge, strategic merge (415 for custom resources, as
+  kube-apiserver answers), JSON patch, and server-side apply;
 * the ``status``, ``scale`` (autoscaling/v1 Scale), ``eviction`` (429 from a
   PodDisruptionBudget) and ``binding`` subresources; deletion with
-  ``propagationPolicy``/``orphanDependents``/preconditions; ``deletecollection``;
-  deleting a Namespace deletes what is in it;
-* list and watch with label and field selectors and resourceVersion (a watch
+  ``propagationPolicy``/``orphanDependents``/preconditions, answering the
+  object or a Status as kube-apiserver does for the kind (pods are deleted
+  gracefully, Namespaces go Terminating, Jobs orphan their pods by default);
+  ``deletecollection``; deleting a Namespace deletes what is in it;
+* list and watch with label and field selectors and resourceVersion
+  (``resourceVersionMatch``, lists at an exact resourceVersion from the watch
+  history, ``limit``/``continue`` pages with ``remainingItemCount``; a watch
   too old answers an ``ERROR`` event with a 410 Status, as kube-apiserver does),
-  ``timeoutSeconds``, ``allowWatchBookmarks`` and ``sendInitialEvents``; a
+  ``timeoutSeconds`` and ``allowWatchBookmarks`` (``sendInitialEvents`` is a
+  422, the WatchList feature gate being off in kube-apiserver v1.33); a
   field selector on a field the kind cannot be selected on is kube-apiserver's
   400 (``field label not supported: spec.foo``);
+* the access and identity reviews ``kubectl auth can-i`` and ``kubectl auth
+  whoami`` send (the sandbox authorizes every request);
 * request bodies in JSON, YAML, or Kubernetes' protobuf for the built-in kinds
   (what kubectl's generators send; :mod:`karpy.sandbox.protobuf` decodes them
   into the same dicts), with kube-apiserver's 400 and 415 for what it cannot
@@ -33,6 +44,9 @@ over HTTP). It does what kube-apiserver does around its storage:
 * content negotiation: plain JSON, server-side ``Table`` (kubectl get) and
   ``PartialObjectMetadata``;
 * discovery, ``/version``, OpenAPI v3 and the health endpoints.
+
+``tests/realcluster/test_sandbox_parity.py`` plays the same probes against the
+sandbox and kube-apiserver v1.33 and holds what a client sees to be the same.
 
 Every read and write of the store happens under the sandbox's lock (the one
 the real-time loop of the simulated world holds while it runs), so the
@@ -795,16 +809,16 @@ class RestAPI:
                 raise _invalid(s.kind, s.group, str(name), [("metadata.name", f"Invalid value: {shown}: {m}") for m in bad])
             return obj
         rv = _meta(obj).get("resourceVersion")
-        doc, errors = validate_object(obj, file="request", old=old)
+        doc, errors = validate_object(obj, file="request", old=old, api_notes=True)
         unknown = [e for e in errors if _is_unknown_field(e.message)]
-        if unknown and len(unknown) == len(errors):
+        if unknown and all(_is_unknown_field(e.message) or e.field == "<nil>" for e in errors):
             if field_validation == "Strict":
                 raise E.BadRequest(f'{s.kind} in version "{s.version}" cannot be handled as a {s.kind}: strict decoding '
                                    "error: " + ", ".join(f'unknown field "{e.field}"' for e in unknown))
             pruned = copy.deepcopy(obj)
             for e in unknown:
                 _drop_path(pruned, e.field)
-            doc, errors = validate_object(pruned, file="request", old=old)
+            doc, errors = validate_object(pruned, file="request", old=old, api_notes=True)
             if not errors and field_validation != "Ignore":
                 self._warnings.extend(f'unknown field "{e.field}"' for e in unknown)
         if errors:
