@@ -1089,6 +1089,12 @@ def test_kubectl_commands(both):
             out[label] = _result(p)
             return p
 
+        run("create namespace", "create", "namespace", f"{ns}-more")
+        run("create namespace again", "create", "namespace", f"{ns}-more")
+        out["get -o yaml namespace"] = _yaml_view(s.ok("get", "namespace", f"{ns}-more", "-o", "yaml"))
+        run("apply a nodepool", "apply", "-f", "-", stdin=_yaml(_nodepool(f"{ns}-np")))
+        out["get -o yaml nodepool"] = _yaml_view(s.ok("get", "nodepool", f"{ns}-np", "-o", "yaml"))
+        run("delete a nodepool", "delete", "nodepool", f"{ns}-np")
         run("create deployment", *k, "create", "deployment", "web", "--image=registry.k8s.io/pause:3.10",
             "--replicas=2", "--port=8080")
         run("create configmap", *k, "create", "configmap", "settings", "--from-literal=a=1", "--from-literal=b=2")
@@ -1153,7 +1159,7 @@ def test_kubectl_commands(both):
         run("delete missing", *k, "delete", "configmap", "missing")
         run("delete missing, ignored", *k, "delete", "configmap", "missing", "--ignore-not-found")
         run("delete by label", *k, "delete", "configmaps,secrets", "-l", "nothing=here")
-        run("delete namespace", "delete", "namespace", ns, "--wait=true", "--timeout=120s")
+        run("delete namespace", "delete", "namespace", ns, f"{ns}-more", "--wait=true", "--timeout=120s")
         run("get the deleted namespace", "get", "namespace", ns)
         return out
 
