@@ -107,13 +107,20 @@ class Server:
                 body = json.dumps(body)
             h["Content-Type"] = ctype
         h.update(headers or {})
-        c = self._conn(timeout)
-        try:
-            c.request(method, path, body=body, headers=h)
-            r = c.getresponse()
-            return Reply(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
-        finally:
-            c.close()
+        for attempt in range(20):
+            c = self._conn(timeout)
+            try:
+                c.request(method, path, body=body, headers=h)
+                r = c.getresponse()
+                reply = Reply(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+            finally:
+                c.close()
+            # kube-apiserver's 429 while a watch cache (re)initializes: the request was not served, and clients
+            # retry it after the time it says, as this one does
+            if reply.status != 429 or "retry-after" not in reply.headers:
+                return reply
+            time.sleep(min(float(reply.headers["retry-after"]), 5.0))
+        return reply
 
     def get(self, path: str, **kw: Any) -> Any:
         r = self.request("GET", path, **kw)
@@ -557,7 +564,9 @@ def test_list_and_watch_resource_versions(both):
         out["watched objects"] = [norm(e["object"]) for e in w.events]
         rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in w.events]
         out["resourceVersions increase"] = rvs == sorted(rvs) and rvs[0] > int(rv)
-        # no resourceVersion, or 0: the current state first, as ADDED events
+        # no resourceVersion, or 0: the current state first, as ADDED events. (0 means any state, which kube-apiserver
+        # serves from its watch cache: a list without a resourceVersion first waits until that cache is current.)
+        s.get(base)
         for q in ("resourceVersion=0", "resourceVersion="):
             out[f"watch {q}"] = sorted(s.watch(f"{base}?watch=true&timeoutSeconds=2&{q}").names())
         # lists at a resourceVersion
