@@ -826,7 +826,12 @@ def _table_objects(ns: str) -> list[tuple[str, dict]]:
 
 
 def _ready_deployment(s: Server, ns: str, name: str) -> None:
+    """The Deployment rolled out, and its PodDisruptionBudget (if any) counted its pods."""
     s.ok("-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s")
+    pdb = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"
+    if s.request("GET", pdb).status == 200:
+        wait_for(lambda: (s.get(pdb).get("status") or {}).get("currentHealthy") == 2, timeout=120,
+                 what=f"[{s.name}] the budget {name} to count its pods")
 
 
 def _rows(table: dict, keep: Callable[[str], bool]) -> list[list[Any]]:
