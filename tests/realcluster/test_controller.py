@@ -205,12 +205,16 @@ spec:
         # a Node of this provider that no NodeClaim claims (its NodeClaim was deleted while nobody watched)
         api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "orphan", "labels": {
             "karpenter.sh/nodepool": "aks", "kubernetes.io/arch": "amd64"}},
-            "spec": {"providerID": "azure:///subscriptions/0/resourceGroups/r/providers/Microsoft.Compute/"
+            # cordoned, so that kube-scheduler does not place the deployment's pods on it while kwok keeps it Ready
+            "spec": {"unschedulable": True,
+                     "providerID": "azure:///subscriptions/0/resourceGroups/r/providers/Microsoft.Compute/"
                                    "virtualMachines/orphan"}})
         second = controller(cluster, tmp_path, "second", "--leader-elect=false", provider="simulated")
         wait_for(lambda: len(running(api, "web")) == 3, timeout=180, interval=1, what="the pods running")
         assert sorted(c["metadata"]["name"] for c in api.list("NodeClaim")[0]) == claims_before
         assert "orphan" not in {n["metadata"]["name"] for n in api.list("Node")[0]}
+        assert {p["spec"]["nodeName"] for p in running(api, "web")} <= {
+            c["status"].get("nodeName") for c in api.list("NodeClaim")[0]}
         assert "garbage collecting node with no nodeclaim" in second.messages()
         consistent(api, first, second)
         assert second.stop() == 0
