@@ -226,6 +226,8 @@ class HTTPWatch:
 class KubeClient:
     """A :class:`~karpy.kube.port.KubeAPI` over an API server reached with a lightkube configuration."""
 
+    concurrent = True  # its methods may be called from several threads at once (one asyncio loop serves them)
+
     def __init__(self, config: SingleConfig, retry: RetryPolicy | None = None, timeout: float = 30.0,
                  user_agent: str = "karpy-controller", field_manager: str = "karpenter"):
         self.config = config

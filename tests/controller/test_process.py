@@ -275,3 +275,30 @@ def test_a_backlog_of_slow_reconciles_does_not_hold_back_the_provisioners_batch(
         wait_for(lambda: len(done) == 400, timeout=30, what="the backlog")
     finally:
         c.stop()
+
+
+def test_a_batch_creates_its_nodeclaims_in_parallel(server, kubeconfig, cluster):
+    """Upstream's CreateNodeClaims sends a batch's creates at once: with an API server taking 0.5 s per
+    NodeClaim create, ten pods that may not share a node get their ten NodeClaims in about one round trip,
+    not ten."""
+    arrivals: list[float] = []
+    handle = server._handle
+
+    def slow(h, method):
+        if method == "POST" and "/nodeclaims" in h.path:
+            arrivals.append(time.monotonic())
+            time.sleep(0.5)
+        return handle(h, method)
+
+    server._handle = slow
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "one-per-node"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    for i in range(10):
+        cluster.create(pod(f"p{i}", cpu="1", unschedulable=True, labels={"app": "one-per-node"}, affinity=anti))
+    c = Running(kubeconfig, "solo")
+    try:
+        wait_for(lambda: len(claims(cluster)) == 10, timeout=30, what="ten NodeClaims")
+        assert len(arrivals) == 10
+        assert max(arrivals) - min(arrivals) < 2.5, "the creates were sent one after another"
+    finally:
+        c.stop()
