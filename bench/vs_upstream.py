@@ -14,7 +14,7 @@ karpy's KWOK catalog). The workloads:
 Reported per controller: seconds from the last pod created to every pod bound (by the real kube-scheduler, on
 nodes kwok runs), NodeClaims created, the cost per hour at the end (the catalog's prices), for `wide` the
 seconds from the scale-down until the fleet settles, and the controller's CPU seconds and peak RSS; then karpy's
-figures as ratios of upstream's. Run from the repository root:
+figures as ratios of upstream's (VS_UPSTREAM_ONLY=karpy runs one controller only). Run from the repository root:
 
     .venv/bin/python bench/vs_upstream.py diverse 1000 diverse 5000 wide 34
 
@@ -27,6 +27,7 @@ import http.client
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -166,6 +167,9 @@ def run(flavour: str, workload: str, n: int, work: Path, price: dict) -> dict:
     return out
 
 
+FLAVOURS = tuple(os.environ.get("VS_UPSTREAM_ONLY", "upstream,karpy").split(","))  # e.g. VS_UPSTREAM_ONLY=karpy
+
+
 def main(argv: list[str]) -> int:
     if not argv or len(argv) % 2:
         print(__doc__)
@@ -176,11 +180,11 @@ def main(argv: list[str]) -> int:
     rows = []
     for workload, n in jobs:
         pair = {}
-        for flavour in ("upstream", "karpy"):
+        for flavour in FLAVOURS:
             print(f"{workload} {n}: {flavour} ...", file=sys.stderr, flush=True)
             pair[flavour] = run(flavour, workload, n, work, price)
             print(f"  {json.dumps(pair[flavour])}", file=sys.stderr, flush=True)
-        u, k = pair["upstream"], pair["karpy"]
+        u, k = pair.get("upstream", {}), pair.get("karpy", {})
         ratios = {}
         for key in ("bound_s", "consolidated_s", "nodeclaims_created", "cost_per_hour", "cpu_seconds", "peak_rss_mib"):
             if u.get(key) and k.get(key) is not None:
