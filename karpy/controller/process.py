@@ -7,10 +7,9 @@
 * on becoming leader, the cloud's in-memory instances are rebuilt from the
   NodeClaims and Nodes in the API (:func:`~karpy.cloudprovider.simulated.adopt_instances`)
   and Nodes this provider launched that no NodeClaim claims are deleted;
-* the real-time loop: fire the clock's due timers, drain the manager for at
-  most half a second (a backlog of thousands of lifecycle writes must not hold
-  back the provisioner's batch, which then runs first), wait on the clock's
-  condition (which informer events and new timers notify) until the next timer;
+* the real-time loop: fire the clock's due timers, drain the manager, wait on
+  the clock's condition (which informer events and new timers notify) until
+  the next timer;
 * ``/healthz`` and ``/readyz`` (ready once the caches are synced) on the health
   port, ``/metrics`` on the metrics port;
 * SIGTERM/SIGINT: stop the loop, release the Lease, stop the informers and
@@ -24,7 +23,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import uuid
 from typing import Any, TextIO
 
@@ -42,7 +40,6 @@ from .servers import Endpoints, text
 from .settings import ControllerSettings
 
 LOOP_WAIT = 0.5  # longest sleep of the loop (seconds): stop requests and leadership changes are seen this fast
-DRAIN_SLICE = 0.5  # longest run of queued reconciles (seconds) before due timers (the provisioner's batch) fire
 
 
 class ControllerProcess:
@@ -160,7 +157,7 @@ class ControllerProcess:
                     t.fn()
                 except Exception as e:  # noqa: BLE001 - a timer's failure must not stop the process
                     self.log.error("timer failed", controller="runtime", timer=t.label, error=str(e))
-            self.mgr.drain(deadline=time.monotonic() + DRAIN_SLICE)
+            self.mgr.drain()
         else:
             self.mgr.pump()  # a standby keeps its cache (and cluster state) current; it does not reconcile
 

@@ -53,7 +53,6 @@ class PodTrigger:
     """Upstream's provisioner pod controller."""
 
     name = "provisioner.trigger.pod"
-    urgent = True  # cheap (it only feeds the batcher); in real time it runs ahead of the backlog
 
     def __init__(self, env: Env, provisioner: "Provisioner"):
         self.env = env
@@ -78,7 +77,6 @@ class NodeTrigger:
     """Upstream's provisioner node controller: nodes tainted for disruption need their pods placed."""
 
     name = "provisioner.trigger.node"
-    urgent = True  # cheap (it only feeds the batcher); in real time it runs ahead of the backlog
 
     def __init__(self, env: Env, provisioner: "Provisioner"):
         self.env = env
@@ -107,7 +105,6 @@ class Provisioner:
     """The batcher and the provisioning loop (a singleton reconciler)."""
 
     name = "provisioner"
-    urgent = True  # in real time, ahead of the other controllers' backlog (upstream's own goroutine)
 
     def __init__(self, env: Env):
         self.env = env

@@ -172,12 +172,7 @@ class Manager:
         if qk in self._queued:
             return
         self._queued.add(qk)
-        if self.realtime and getattr(controller, "urgent", False):
-            # in real time the provisioner's batch runs as soon as its window closes, ahead of the backlog
-            # (upstream runs it on its own goroutine, beside the other controllers' workers)
-            self._queue.appendleft((controller, key))
-        else:
-            (self._idle if getattr(controller, "idle", False) else self._queue).append((controller, key))
+        (self._idle if getattr(controller, "idle", False) else self._queue).append((controller, key))
         if self.realtime:
             wake = self.clock.wakeup
             with wake:
@@ -205,16 +200,13 @@ class Manager:
     def busy(self) -> bool:
         return bool(self._queue or self._idle or self._feed)
 
-    def drain(self, limit: int = 10_000_000, deadline: float | None = None) -> None:
-        """Run queued reconciles (delivering their changes) until the queue and the feed are empty,
-        or (real time) until ``deadline`` (``time.monotonic()``) passes, so that due timers fire.
+    def drain(self, limit: int = 10_000_000) -> None:
+        """Run queued reconciles (delivering their changes) until the queue and the feed are empty.
 
         Controllers marked ``idle`` (the simulated kube-scheduler) run only once nothing else is
         queued, so they see everything that happened at this instant."""
         self.pump()
         while (self._queue or self._idle) and limit > 0:
-            if deadline is not None and time.monotonic() >= deadline:
-                return
             limit -= 1
             controller, key = (self._queue or self._idle).popleft()
             qk = (id(controller), key)

@@ -249,34 +249,6 @@ def test_api_faults_are_retried_through_provisioning(server, kubeconfig, cluster
         c.stop()
 
 
-def test_a_backlog_of_slow_reconciles_does_not_hold_back_the_provisioners_batch(server, kubeconfig, cluster):
-    """Upstream's provisioner runs beside the other controllers: with a backlog of slow reconciles queued (a
-    lifecycle writing thousands of NodeClaims), pending pods still get their NodeClaim once the batch window
-    closes, not after the backlog."""
-    c = Running(kubeconfig, "solo")
-    try:
-        wait_for(lambda: c.proc.leading.is_set() and c.proc._adopted, what="leading")
-        done: list[int] = []
-
-        class Slow:
-            name = "slow"
-
-            def reconcile(self, key):
-                time.sleep(0.02)
-                done.append(key)
-                return None
-
-        slow = Slow()
-        for i in range(400):  # 8 s of work
-            c.proc.mgr.enqueue(slow, i)
-        pending(cluster, "p0")
-        wait_for(lambda: claims(cluster), timeout=30, what="a NodeClaim")
-        assert len(done) < 400, "the NodeClaim waited for the whole backlog"
-        wait_for(lambda: len(done) == 400, timeout=30, what="the backlog")
-    finally:
-        c.stop()
-
-
 def test_a_batch_creates_its_nodeclaims_in_parallel(server, kubeconfig, cluster):
     """Upstream's CreateNodeClaims sends a batch's creates at once: with an API server taking 0.5 s per
     NodeClaim create, ten pods that may not share a node get their ten NodeClaims in about one round trip,
