@@ -272,7 +272,7 @@ class Disruption:
                 instance_type=it, price=offering_price(it, sn.labels(), sn.price()), pods=[], existing=existing[sn.name], initialized=False, ready=False, registered=False,
                 marked_for_deletion=sn.marked,
             ))
-        pending, _ = self.provisioner.provisionable(reserve_nominated=True)
+        pending, _ = self.provisioner.provisionable()
         return ClusterSnapshot(
             now=now, nodes=nodes, nodepools=dict(c.nodepools), templates=templates,
             pending_pods=[c.pod_info(e) for e in pending], pdbs=c.pdb_states(),
