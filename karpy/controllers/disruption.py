@@ -104,6 +104,8 @@ class Disruption:
         if not c.by_claim:
             self.started = False
             return None
+        if not c.synced():
+            return 1.0  # as upstream: no disruption decision while a NodeClaim is not launched yet
         self._remove_stale_taints()
         key = self._key()
         if key == self._last_key:
@@ -272,7 +274,7 @@ class Disruption:
                 instance_type=it, price=offering_price(it, sn.labels(), sn.price()), pods=[], existing=existing[sn.name], initialized=False, ready=False, registered=False,
                 marked_for_deletion=sn.marked,
             ))
-        pending, _ = self.provisioner.provisionable()
+        pending, _ = self.provisioner.provisionable(reserve_nominated=True)
         return ClusterSnapshot(
             now=now, nodes=nodes, nodepools=dict(c.nodepools), templates=templates,
             pending_pods=[c.pod_info(e) for e in pending], pdbs=c.pdb_states(),

@@ -6,12 +6,14 @@
   taint (their pods need a new home).
 * The batcher collects triggers until ``batchIdleDuration`` passes without a
   new pod, or ``batchMaxDuration`` after the first.
-* The provisioner then runs the scheduling simulation over the pending pods
+* The provisioner then runs the scheduling simulation over every pending pod
   and the pods of nodes being deleted, against the nodes that stay (their bound
-  pods, and pods already nominated to them) and one template per NodePool,
-  nominates pods to existing nodes and in-flight NodeClaims, and creates the
-  new NodeClaims. A pod nominated to a node or NodeClaim that is still coming up
-  keeps its room there and is not scheduled again.
+  pods) and one template per NodePool, nominates pods to existing nodes and
+  in-flight NodeClaims, and creates the new NodeClaims. As upstream, a
+  nomination reserves nothing: a pod nominated to a NodeClaim still coming up
+  is scheduled again in the next batch against what is bound, so a pod whose
+  room kube-scheduler gave to another pod finds room on another in-flight
+  NodeClaim instead of waiting for its own to initialize.
 
 A solve whose inputs (the cluster state, the NodePools and NodeClasses, the
 offerings known to be out of capacity, and the pods) are what a previous solve
@@ -144,6 +146,12 @@ class Provisioner:
             return deadline - now
         self.batch_start = self.batch_last = None
         self.batch_uids = set()
+        if not self.env.cluster.synced():
+            # upstream: a batch closed while a NodeClaim is not launched yet is dropped; the pods' own
+            # triggers (every 10 s while they stay pending) open the next one
+            self.env.log.debug("waiting on cluster sync", controller=self.name,
+                               nodeclaims=len(self.env.cluster.unlaunched))
+            return None
         self.schedule()
         return None
 
@@ -224,9 +232,12 @@ class Provisioner:
                 why = vt.invalid
         return why
 
-    def provisionable(self) -> tuple[list[PodEntry], list[PodEntry]]:
+    def provisionable(self, reserve_nominated: bool = False) -> tuple[list[PodEntry], list[PodEntry]]:
         """Pending pods to place, and the pods of nodes being deleted (capacity for them is
-        launched while their node drains); pods nominated to a node still coming up keep their room.
+        launched while their node drains; those already nominated to a replacement are planned there).
+        Every pending pod is placed again, nominated or not (upstream's GetPendingPods); with
+        ``reserve_nominated`` (the disruption controller's view), pending pods nominated to a node
+        still coming up keep their room there and are left out.
         Pending pods upstream's validation rejects are left out (and kept in ``self.ignored``)."""
         c = self.env.cluster
         now = self.env.now()
@@ -243,9 +254,10 @@ class Provisioner:
             target = c.nominations.get(key)
             if target is not None:
                 sn = c.nodes.get(target)
-                if sn is not None and c.live_target(target) and not (sn.node is not None and sn.ready() and sn.initialized()):
+                if not (sn is not None and c.live_target(target) and not (sn.node is not None and sn.ready() and sn.initialized())):
+                    c.clear_nomination(key)
+                elif reserve_nominated:
                     continue
-                c.clear_nomination(key)
             pending.append(e)
         deleting: list[PodEntry] = []
         pdbs = None
@@ -262,21 +274,24 @@ class Provisioner:
                 target = c.nominations.get(e.key)
                 if target is not None:
                     if target != sn.key and c.live_target(target):
-                        continue
+                        continue  # planned on (and counted against) its replacement
                     c.clear_nomination(e.key)
                 deleting.append(e)
         key = lambda e: (P.parse_time(e.obj["metadata"].get("creationTimestamp")) or 0.0, e.key)  # noqa: E731
         self.ignored = sorted(ignored, key=lambda t: key(t[0]))
         return sorted(pending, key=key), sorted(deleting, key=key)
 
-    def existing(self) -> list[ExistingNode]:
-        """Nodes and launched NodeClaims with their bound pods and the pods nominated to them.
-        Nodes being deleted stay in the view (their pods count for topology) but take nothing."""
+    def existing(self, reserve_nominated: bool = True) -> list[ExistingNode]:
+        """Nodes and launched NodeClaims with their bound pods and the pods of nodes being deleted that
+        are nominated to them (a disruption's replacements). Pending pods nominated to them count only
+        with ``reserve_nominated`` (the disruption controller's view): upstream's provisioner places every
+        pending pod again against what is bound. Nodes being deleted stay in the view (their pods count
+        for topology) but take nothing."""
         c = self.env.cluster
         nominated: dict[str, list[PodEntry]] = {}
         for pk, target in c.nominations.items():
             e = c.pods.get(pk)
-            if e is None or not e.active:
+            if e is None or not e.active or (not e.node and not reserve_nominated):
                 continue
             sn = c.nodes.get(target)
             if sn is None:
@@ -318,7 +333,7 @@ class Provisioner:
         if noop_key == self._last_noop:
             return
         templates, problems, classes = self.templates()
-        existing = self.existing()
+        existing = self.existing(reserve_nominated=False)
         self.solves += 1
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))

@@ -251,6 +251,7 @@ class Cluster:
         self.nominations = Nominations()  # pod key -> StateNode key it was nominated to
         self.do_not_disrupt: set[str] = set()  # pods carrying karpenter.sh/do-not-disrupt
         self.deleting_claims: set[str] = set()  # NodeClaims with a deletionTimestamp
+        self.unlaunched: set[str] = set()  # NodeClaims without a provider ID yet
         self.tainted: set[str] = set()  # Nodes carrying the karpenter.sh/disrupted taint
         self.version = 0
         self.pods_version = 0
@@ -391,6 +392,10 @@ class Cluster:
         else:
             self.deleting_claims.discard(name)
         launched = etype != DELETED and bool((obj.get("status") or {}).get("providerID"))
+        if launched or etype == DELETED:
+            self.unlaunched.discard(name)
+        else:
+            self.unlaunched.add(name)
         np_ = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")
         if not launched:
             if name in self._counted:
@@ -556,6 +561,12 @@ class Cluster:
         if sn is not None:
             return sn
         return self.by_claim.get(name)
+
+    def synced(self) -> bool:
+        """Whether every NodeClaim the watches delivered has been launched (has its provider ID), as
+        upstream's cluster state requires before a scheduling decision: until then a new NodeClaim's
+        offering and capacity are unknown, and its pods would be placed again against nothing."""
+        return not self.unlaunched
 
     def live_target(self, node_key: str) -> bool:
         """Does the node (or in-flight NodeClaim) a pod was nominated to still exist and stay?"""

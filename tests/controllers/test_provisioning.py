@@ -278,6 +278,7 @@ def test_a_pod_node_selector_on_a_custom_label_picks_the_label_value(h):
     _provision(h, pod("a", unschedulable=True, node_selector={"example.com/tier": "silver"}))
     (c,) = h.nodeclaims()
     assert labels(c)["example.com/tier"] == "silver"
+    h.launch(c["metadata"]["name"])  # in flight: pod a, still pending, is placed there again
     _provision(h, pod("b", unschedulable=True, node_selector={"example.com/tier": "bronze"}))
     assert len(h.nodeclaims()) == 1
     assert _failed_scheduling(h, "b")
@@ -303,3 +304,62 @@ def test_pods_of_a_node_being_deleted_get_capacity_before_it_drains(h):
     assert len(new) == 1
     assert new[0]["spec"]["resources"]["requests"]["pods"] == "2"
     assert {e["involvedObject"]["name"] for e in h.events("Nominated")} == {"w1", "w2"}
+
+
+def _nominated_to(h: Harness, pod_name: str) -> str:
+    """Where the provisioner last nominated the pod (its latest Nominated event)."""
+    evs = h.events("Nominated", involved=pod_name)
+    assert evs, f"{pod_name} was never nominated"
+    return evs[-1]["message"].rsplit("/", 1)[1]
+
+
+def test_a_pod_whose_room_kube_scheduler_gave_away_is_nominated_to_another_inflight_nodeclaim(h):
+    """Upstream re-solves every pending pod each batch against what is bound: nominations reserve nothing.
+    Two hostname anti-affinity pods get a NodeClaim each; kube-scheduler binds the second onto the first
+    NodeClaim's Node as soon as it is Ready (before Karpenter initializes it). The next batch nominates the
+    first pod to the other, still empty, in-flight NodeClaim: no third NodeClaim, and no waiting for the
+    taken NodeClaim to initialize."""
+    h.setup()
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    a, b = _provision(h, pod("a", labels={"app": "web"}, affinity=anti, unschedulable=True),
+                      pod("b", labels={"app": "web"}, affinity=anti, unschedulable=True))
+    claims = {c["metadata"]["name"] for c in h.nodeclaims()}
+    assert len(claims) == 2
+    x, y = _nominated_to(h, "a"), _nominated_to(h, "b")
+    assert {x, y} == claims
+    for name in claims:
+        h.launch(name)
+    node_x = h.register(x)
+    h.reconcile("nodeclaim.lifecycle", x)  # registered
+    h.make_ready(node_x["metadata"]["name"])  # Ready; Karpenter has not initialized it yet
+    h.bind(b, node_x["metadata"]["name"])  # kube-scheduler: b lands on a's NodeClaim
+    h.tick(10)
+    assert h.reconcile(TRIGGER, "default/a") == pytest.approx(10.0)
+    h.tick(h.settings.batch_idle)
+    h.reconcile(PROVISIONER)
+    assert {c["metadata"]["name"] for c in h.nodeclaims()} == claims
+    assert _nominated_to(h, "a") == y
+
+
+def test_no_scheduling_decision_while_a_nodeclaim_is_not_launched(h):
+    """Upstream's provisioner waits for its cluster state to sync: while a NodeClaim has no provider ID its
+    offering is unknown, and its pods would be placed again against nothing. The batch is dropped (no second
+    NodeClaim for pod a, none yet for pod b); once the NodeClaim is launched the pods' own triggers bring the
+    next batch, which places a on it and opens one NodeClaim for b."""
+    h.setup()
+    _provision(h, pod("a", cpu="1", unschedulable=True))
+    (first,) = h.nodeclaims()
+    _provision(h, pod("b", cpu="1", unschedulable=True))
+    assert [c["metadata"]["name"] for c in h.nodeclaims()] == [first["metadata"]["name"]]
+    assert not h.events("Nominated", involved="b")
+    h.launch(first["metadata"]["name"])
+    h.tick(10)
+    for name in ("a", "b"):
+        assert h.reconcile(TRIGGER, f"default/{name}") == pytest.approx(10.0)
+    h.tick(h.settings.batch_idle)
+    h.reconcile(PROVISIONER)
+    claims = h.nodeclaims()
+    assert len(claims) <= 2
+    assert _nominated_to(h, "a") == first["metadata"]["name"]
+    assert h.events("Nominated", involved="b")

@@ -229,8 +229,14 @@ class Pair:
         return self.each(lambda s: s.ok(*args, stdin=stdin))
 
     def namespace(self, name: str) -> str:
+        """A new namespace on both, once each holds what kube-controller-manager adds to every namespace (the
+        ConfigMap kube-root-ca.crt and the ServiceAccount default: on a loaded machine they come a while after)."""
         for s in self:
             s.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        for s in self:
+            for path in ("configmaps/kube-root-ca.crt", "serviceaccounts/default"):
+                wait_for(lambda: s.request("GET", f"/api/v1/namespaces/{name}/{path}").status == 200,
+                         what=f"{s.name}: {path} in namespace {name}")
         return name
 
 
