@@ -10,6 +10,7 @@ Without ``node``/``npm`` or without the npm registry the tests are skipped, sayi
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -52,6 +53,13 @@ def installed_client() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         _unavailable("node and npm are needed to run @kubernetes/client-node (not found on PATH)")
+    with open(JS / ".install.lock", "w") as lock:  # test workers may install at once: one does, the other waits
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install(npm)
+    return node
+
+
+def _install(npm: str) -> None:
     if _installed() != _pinned():
         try:
             p = subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=JS,
@@ -64,7 +72,6 @@ def installed_client() -> str:
                 _unavailable(f"the npm registry cannot be reached: {out.strip()[-600:]}")
             raise AssertionError(f"npm ci failed ({p.returncode}):\n{out}")
         assert _installed() == _pinned()
-    return node
 
 
 def _run(node: str, kubeconfig, namespace: str) -> tuple[int, dict]:
