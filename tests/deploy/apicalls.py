@@ -36,6 +36,7 @@ WATCHED = "<watched kinds>"
 # (file, innermost function, verb) -> kind, for calls whose kind is not written at the call
 DYNAMIC: dict[tuple[str, str, str], str] = {
     ("karpy/controllers/provisioning.py", "create_nodeclaim", "create"): "NodeClaim",
+    ("karpy/controllers/provisioning.py", "create_nodeclaims", "create"): "NodeClaim",
     ("karpy/cloudprovider/simulated.py", "_register", "create"): "Node",
     ("karpy/controller/leader.py", "try_acquire_or_renew", "update"): "Lease",
     ("karpy/runtime/manager.py", "start", "list"): WATCHED,
