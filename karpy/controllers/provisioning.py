@@ -33,7 +33,7 @@ from ..disruption.candidates import currently_reschedulable
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
 from ..kube.port import DELETED
 from ..provisioning.templates import build_template
-from ..runtime.events import TokenBucket, ref
+from ..runtime.events import ref
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
 from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
 from ..scheduling.volumes import has_volume_claims
@@ -44,7 +44,6 @@ from .nodepool import nodeclass_readiness
 from ..runtime.manager import deleting
 
 POD_REQUEUE = 10.0
-NOMINATED_DEDUPE = 120.0  # seconds: upstream's recorder dedupes a pod's Nominated event for two minutes
 CREATE_CONCURRENCY = 32  # NodeClaim creates in flight at once against a real API server
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 SIMULATION_KEYS = frozenset({"karpenter.sh/registered", "karpenter.sh/initialized"})  # never NodeClaim labels
@@ -118,7 +117,6 @@ class Provisioner:
         self._well_known_cache: tuple[int, tuple[frozenset[str], frozenset[str]]] | None = None
         self.ignored: list[tuple[PodEntry, str]] = []  # pending pods the last provisionable() left out, and why
         self.solves = 0
-        self._nominated_limiter = TokenBucket(5, 10)
 
     def setup(self, mgr) -> None:
         pass
@@ -360,7 +358,7 @@ class Provisioner:
                 if e is None:
                     continue
                 c.nominate(info.key, sn.key, window)
-                self._publish_nominated(e, f"{kind}/{target}")
+                env.recorder.publish(ref(e.obj), "Nominated", f"Pod should schedule on: {kind}/{target}")
         if results.new_nodeclaims:
             n_pods = sum(len(nc.pods) for nc in results.new_nodeclaims)
             env.log.info("computed new nodeclaim(s) to fit pod(s)", controller=self.name,
@@ -452,13 +450,6 @@ class Provisioner:
         }
         return obj
 
-    def _publish_nominated(self, e: PodEntry, target: str) -> None:
-        """The Nominated event, as upstream's: once per pod in two minutes (whatever the target), and no
-        more than 5 a second with a burst of 10 across pods."""
-        meta = e.obj.get("metadata") or {}
-        self.env.recorder.publish(ref(e.obj), "Nominated", f"Pod should schedule on: {target}", dedupe=NOMINATED_DEDUPE,
-                                  dedupe_key=(meta.get("uid") or e.key,), limiter=self._nominated_limiter)
-
     def _created(self, nc: NewNodeClaim, nodepool: dict, created: dict, nominate: bool, reason: str) -> dict:
         env = self.env
         name_np = nodepool["metadata"]["name"]
@@ -479,7 +470,7 @@ class Provisioner:
                 if e is None:
                     continue
                 env.cluster.nominate(p.key, sn.key, window)
-                self._publish_nominated(e, f"nodeclaim/{name}")
+                env.recorder.publish(ref(e.obj), "Nominated", f"Pod should schedule on: nodeclaim/{name}")
         return created
 
 

@@ -53,21 +53,14 @@ class Recorder:
 
     def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
                 dedupe: float | None = None, annotations: Mapping[str, str] | None = None,
-                component: str | None = None, dedupe_key: tuple | None = None,
-                limiter: "TokenBucket | None" = None) -> None:
-        """``dedupe_key`` replaces the default key (object, reason, message); ``limiter`` drops the event
-        when its bucket is empty (checked after the dedupe, which still counts a dropped event, as upstream's
-        recorder does)."""
+                component: str | None = None) -> None:
         now = self.clock.now()
         if dedupe:
-            key = (reason, *dedupe_key) if dedupe_key is not None else \
-                (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason, message)
+            key = (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason, message)
             last = self._seen.get(key)
             if last is not None and now - last < dedupe:
                 return
             self._seen[key] = now
-        if limiter is not None and not limiter.take(now):
-            return
         ns = involved.get("namespace") or "default"
         namer = getattr(self.api, "event_name", None)
         base = involved.get("name", "event")
@@ -83,21 +76,3 @@ class Recorder:
             "source": {"component": comp}, "reportingComponent": comp,
             "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         })
-
-
-class TokenBucket:
-    """``rate`` tokens a second up to ``burst``, on the injected clock (client-go's token bucket limiter)."""
-
-    def __init__(self, rate: float, burst: int):
-        self.rate, self.burst = rate, burst
-        self.tokens = float(burst)
-        self.at: float | None = None
-
-    def take(self, now: float) -> bool:
-        if self.at is not None:
-            self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
