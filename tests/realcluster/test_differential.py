@@ -53,3 +53,44 @@ def test_subset_matches_upstream_karpenter(scenario, tmp_path):
     assert report["scenarios"] == 1
     unexplained = [d for d in report["differences"] if d["explanation"] == "unexplained"]
     assert not unexplained, json.dumps(report["differences"], indent=2) + "\n" + p.stderr[-3000:]
+
+
+def _harness():
+    import importlib.machinery
+    import importlib.util
+
+    os.environ.setdefault("KARPY_DIFF_NO_REEXEC", "1")
+    loader = importlib.machinery.SourceFileLoader("karpy_differential_t", str(ROOT / "scripts" / "differential"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("upstream, karpy, kind", [
+    ("Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=default)",
+     'Failed to schedule pod, incompatible with nodepool "default", all available instance types exceed limits for '
+     "nodepool", "NodePool limits"),
+    ("Failed to schedule pod, node limits have been exhausted for nodepool (NodePool=default)",
+     'Failed to schedule pod, incompatible with nodepool "default", node limits have been exhausted for nodepool',
+     "NodePool node limits"),
+    ("Failed to schedule pod, did not tolerate taint=dedicated=gpu:NoSchedule",
+     'Failed to schedule pod, incompatible with nodepool "gpu", did not tolerate taint=dedicated=gpu:NoSchedule',
+     "taints"),
+    ('Failed to schedule pod, no instance type has enough resources, requirements=karpenter.sh/nodepool In '
+     '[default], topology.kubernetes.io/zone In [test-zone-a], resources={"cpu":"300","pods":"1"}',
+     'Failed to schedule pod, incompatible with nodepool "default", daemonset overhead={}, no instance type has '
+     'enough resources', "resources"),
+    ("Failed to schedule pod, incompatible requirements, key kubernetes.io/arch, kubernetes.io/arch In [s390x] not "
+     "in kubernetes.io/arch In [amd64 arm64]; all available instance types exceed limits for nodepool "
+     "(NodePool=small)",
+     'Failed to schedule pod, incompatible with nodepool "default", incompatible requirements, key kubernetes.io/arch, '
+     'kubernetes.io/arch In [s390x] not in kubernetes.io/arch In [amd64 arm64]; incompatible with nodepool "small", '
+     "all available instance types exceed limits for nodepool", "NodePool limits+requirements"),
+])
+def test_pending_reasons_are_compared_by_kind_not_wording(upstream, karpy, kind):
+    """The harness compares why pods stay pending by the kind of reason, since karpy's FailedScheduling text names
+    the NodePool first (as earlier upstream releases) where v1.14 appends it or names none."""
+    d = _harness()
+    assert d.reason_of(upstream) == d.reason_of(karpy) == kind
+    assert d.reason_of(None) == "no event"
