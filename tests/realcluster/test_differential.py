@@ -80,11 +80,11 @@ def _harness():
     ('Failed to schedule pod, no instance type has enough resources, requirements=karpenter.sh/nodepool In '
      '[default], topology.kubernetes.io/zone In [test-zone-a], resources={"cpu":"300","pods":"1"}',
      'Failed to schedule pod, incompatible with nodepool "default", daemonset overhead={}, no instance type has '
-     'enough resources', "resources"),
+     'enough resources (requests {"cpu":"300", "pods":"1"}, requirements <none>)', "resources"),
     ("Failed to schedule pod, incompatible requirements, key kubernetes.io/arch, kubernetes.io/arch In [s390x] not "
      "in kubernetes.io/arch In [amd64 arm64]; all available instance types exceed limits for nodepool "
      "(NodePool=small)",
-     'Failed to schedule pod, incompatible with nodepool "default", incompatible requirements, key kubernetes.io/arch, '
+     'Failed to schedule pod, incompatible with nodepool "default", key kubernetes.io/arch, '
      'kubernetes.io/arch In [s390x] not in kubernetes.io/arch In [amd64 arm64]; incompatible with nodepool "small", '
      "all available instance types exceed limits for nodepool", "NodePool limits+requirements"),
 ])
