@@ -366,6 +366,10 @@ class Provisioner:
             env.recorder.publish({"kind": "Karpenter", "name": "provisioner"}, "ComputedNodeClaims",
                                  f"computed new nodeclaim(s) to fit pod(s): nodeclaims={len(results.new_nodeclaims)}, "
                                  f"pods={n_pods}")
+            placed = [infos for infos in results.existing.values() if infos]
+            if placed:  # as upstream: the existing and in-flight nodes this solve put pods on
+                env.log.info("computed unready node(s) will fit pod(s)", controller=self.name, nodes=len(placed),
+                             pods=sum(len(infos) for infos in placed))
         if results.new_nodeclaims:
             self.create_nodeclaims([(nc, *classes[nc.template.nodepool]) for nc in results.new_nodeclaims])
         for key, why in results.errors.items():

@@ -363,3 +363,19 @@ def test_no_scheduling_decision_while_a_nodeclaim_is_not_launched(h):
     assert len(claims) <= 2
     assert _nominated_to(h, "a") == first["metadata"]["name"]
     assert h.events("Nominated", involved="b")
+
+
+def test_the_log_says_how_many_pods_in_flight_nodeclaims_take_beside_new_ones(h):
+    """Upstream's provisioner logs "computed unready node(s) will fit pod(s)" after "computed new nodeclaim(s) to
+    fit pod(s)" when the same solve also placed pods on existing or in-flight nodes."""
+    h.setup()
+    _provision(h, pod("a", cpu="1", unschedulable=True))
+    (first,) = h.nodeclaims()
+    h.launch(first["metadata"]["name"])
+    h.tick(10)
+    h.reconcile(TRIGGER, "default/a")
+    _provision(h, pod("b", cpu="6", unschedulable=True))
+    assert len(h.nodeclaims()) == 2
+    logs = [r for r in h.records if r.get("message", "").startswith("computed")]
+    assert [(r["message"], r.get("nodes"), r.get("pods")) for r in logs[-2:]] == [
+        ("computed new nodeclaim(s) to fit pod(s)", None, 1), ("computed unready node(s) will fit pod(s)", 1, 1)]
