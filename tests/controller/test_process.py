@@ -108,6 +108,8 @@ def test_pending_pods_become_nodeclaims_and_nodes(server, kubeconfig, cluster):
                         what="its Node")[0]
         wait_for(lambda: (cluster.get("Node", node["metadata"]["name"])["metadata"].get("labels") or {})
                  .get("karpenter.sh/registered") == "true", what="registration")
+        # the Node's label is written just before the controller logs the registration
+        wait_for(lambda: "registered nodeclaim" in [r["message"] for r in c.logs()], what="the registration logged")
         assert len(claims(cluster)) == 1, [r for r in c.logs() if r["message"] == "created nodeclaim"]
         msgs = [r["message"] for r in c.logs()]
         for m in ("found provisionable pod(s)", "computed new nodeclaim(s) to fit pod(s)", "created nodeclaim",
