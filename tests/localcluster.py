@@ -25,10 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 CRDS = ROOT / "deploy" / "crds"
 
-_loader = importlib.machinery.SourceFileLoader("karpy_local_cluster", str(SCRIPTS / "local-cluster"))
-_spec = importlib.util.spec_from_loader("karpy_local_cluster", _loader)
-lc = importlib.util.module_from_spec(_spec)
-_loader.exec_module(lc)
+
+
+def load_script(name: str, module: str):
+    """A script of scripts/ (no .py suffix) imported as ``module``."""
+    loader = importlib.machinery.SourceFileLoader(module, str(SCRIPTS / name))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(module, loader))
+    loader.exec_module(mod)
+    return mod
+
+
+lc = load_script("local-cluster", "karpy_local_cluster")
 
 _built = threading.Lock()
 _status: tuple[bool, str] | None = None

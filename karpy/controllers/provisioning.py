@@ -254,7 +254,9 @@ class Provisioner:
             target = c.nominations.get(key)
             if target is not None:
                 sn = c.nodes.get(target)
-                if not (sn is not None and c.live_target(target) and not (sn.node is not None and sn.ready() and sn.initialized())):
+                coming_up = sn is not None and c.live_target(target) and not (
+                    sn.node is not None and sn.ready() and sn.initialized())
+                if not coming_up:
                     c.clear_nomination(key)
                 elif reserve_nominated:
                     continue

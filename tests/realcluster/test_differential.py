@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import require_binaries
+from localcluster import load_script, require_binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "tests" / "differential" / "scenarios"
@@ -56,15 +56,8 @@ def test_subset_matches_upstream_karpenter(scenario, tmp_path):
 
 
 def _harness():
-    import importlib.machinery
-    import importlib.util
-
     os.environ.setdefault("KARPY_DIFF_NO_REEXEC", "1")
-    loader = importlib.machinery.SourceFileLoader("karpy_differential_t", str(ROOT / "scripts" / "differential"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("differential", "karpy_differential_t")
 
 
 @pytest.mark.parametrize("upstream, karpy, kind", [
