@@ -93,16 +93,31 @@ def _write_kubeconfig(path: str, text: str) -> None:
               help="Watch events kept per kind (older resourceVersions answer 410 Gone).")
 @click.option("--handshake-timeout", "handshake_timeout", default=None, type=float, hidden=True,
               help="Seconds a client has to complete the TLS handshake (default 10).")
+@click.option("--read-timeout", "read_timeout", default=None, type=float, hidden=True,
+              help="Seconds a client has to send a request's headers, and then its body (default 32, 60).")
+@click.option("--write-timeout", "write_timeout", default=None, type=float, hidden=True,
+              help="Seconds one write to a client may take before the connection is dropped (default 60).")
+@click.option("--max-connections", "max_connections", default=None, type=int, hidden=True,
+              help="Connections open at once (default 1024).")
+@click.option("--max-requests-inflight", "max_inflight", default=None, type=int, hidden=True,
+              help="Reads served at once, watches aside (default 400, kube-apiserver's).")
+@click.option("--max-mutating-requests-inflight", "max_mutating", default=None, type=int, hidden=True,
+              help="Writes served at once (default 200, kube-apiserver's).")
 def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, speed: float, no_karpenter: bool,
             region: str | None, plain_http: bool, tls_cert: str | None, tls_key: str | None, token_file: str | None,
-            log_level: str, watch_history: int | None, handshake_timeout: float | None) -> None:
+            log_level: str, watch_history: int | None, handshake_timeout: float | None, read_timeout: float | None,
+            write_timeout: float | None, max_connections: int | None, max_inflight: int | None,
+            max_mutating: int | None) -> None:
     """Serve a Kubernetes API over a simulated cluster (with Karpenter), applying the manifests in PATH... first."""
     if not (speed > 0) or speed > 1e6:
         _fail(f"--speed: Invalid value: {speed}: must be greater than 0")
     if not 0 <= port <= 65535:
         _fail(f"--port: Invalid value: {port}: must be between 0 and 65535")
-    if handshake_timeout is not None and not handshake_timeout > 0:
-        _fail(f"--handshake-timeout: Invalid value: {handshake_timeout}: must be greater than 0")
+    for flag, value in (("--handshake-timeout", handshake_timeout), ("--read-timeout", read_timeout),
+                        ("--write-timeout", write_timeout), ("--max-connections", max_connections),
+                        ("--max-requests-inflight", max_inflight), ("--max-mutating-requests-inflight", max_mutating)):
+        if value is not None and not value > 0:
+            _fail(f"{flag}: Invalid value: {value}: must be greater than 0")
     if region is not None and not region.strip():
         _fail('--region: Invalid value: "": must not be empty')
     if bool(tls_cert) != bool(tls_key):
@@ -152,7 +167,7 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
 
     from .rest import RestAPI
     from .runtime import Sandbox
-    from .server import HTTPServer
+    from .server import HTTPServer, Limits
 
     certs = None
     ca_pem = None
@@ -174,9 +189,21 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
         from cryptography.hazmat.primitives import hashes
 
         rest.client_cert_sha256 = x509.load_pem_x509_certificate(certs.client_cert_pem).fingerprint(hashes.SHA256()).hex()
+    limits = Limits()
+    if handshake_timeout:
+        limits.handshake_timeout = handshake_timeout
+    if read_timeout:
+        limits.header_timeout = limits.idle_timeout = limits.body_timeout = read_timeout
+    if write_timeout:
+        limits.write_timeout = write_timeout
+    if max_connections:
+        limits.max_connections = max_connections
+    if max_inflight:
+        limits.max_requests_inflight = max_inflight
+    if max_mutating:
+        limits.max_mutating_requests_inflight = max_mutating
     try:
-        server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token,
-                            **({"handshake_timeout": handshake_timeout} if handshake_timeout else {}))
+        server = HTTPServer(rest, address, port, tls_cert=tls_cert, tls_key=tls_key, token=token, limits=limits)
     except ssl_errors() as e:
         _fail(f"--tls-cert/--tls-key: {e}")
     except OSError as e:
