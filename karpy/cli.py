@@ -27,15 +27,19 @@ def main() -> None:
 @click.argument("paths", nargs=-1)
 @click.option("-o", "--output", "output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True,
               help="Output format.")
-@click.option("--until", "until", default="1h", show_default=True, help="Longest simulated time to run.")
+@click.option("--until", "until", default=None,
+              help="Simulate to this time after the start (a horizon: expiry, drift and budget windows play out "
+                   "even when nothing else happens). Without it: until settled, at most 1h.")
+@click.option("--settle", "settle", is_flag=True,
+              help="With --until: stop once the cluster is settled, as without --until.")
 @click.option("--region", "region", default=None, help="Region of the cloud catalog (default: per provider).")
 @click.option("--from-cluster", "from_cluster", is_flag=True,
               help="Start from a live cluster's state (read through the kubeconfig), PATH... applied on top.")
 @click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
               "$KUBECONFIG, then ~/.kube/config).")
 @click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
-def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None, from_cluster: bool,
-             kubeconfig: str | None, context: str | None) -> None:
+def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: bool, region: str | None,
+             from_cluster: bool, kubeconfig: str | None, context: str | None) -> None:
     """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
 
     With --from-cluster: what would Karpenter do in this cluster if PATH... were applied?"""
@@ -46,6 +50,8 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
     from .api.loader import load_documents
     from .resources import parse_duration
 
+    horizon = until is not None and not settle
+    until = "1h" if until is None else until
     try:
         until_s = parse_duration(until)
     except ValueError as e:
@@ -84,7 +90,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str, region: str | None
 
             # the cluster's present: its objects' latest time, or this machine's clock if later
             documents = starting_at(documents, max(cluster_now or 0.0, float(int(time.time()))))
-        sim = Simulation(documents, region=region, until=until_s)
+        sim = Simulation(documents, region=region, until=until_s, horizon=horizon)
         if cluster:
             from .simulator.from_cluster import seed
 
@@ -146,6 +152,11 @@ main.add_command(_controller_command)
 from .sandbox.cli import sandbox as _sandbox  # noqa: E402
 
 main.add_command(_sandbox)
+
+
+from .viewer.cli import viewer as _viewer  # noqa: E402
+
+main.add_command(_viewer)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

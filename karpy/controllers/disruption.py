@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import resources as res
 from ..cloudprovider.types import LABEL_INSTANCE_TYPE, InstanceType
-from ..disruption.budgets import REASONS, allowed_disruptions
+from ..disruption.budgets import REASONS, allowed_disruptions, window_changes_at
 from ..disruption.methods import POLL_PERIOD, VALIDATION_DELAY, Command, DisruptionEngine, Event
 from ..disruption.state import DISRUPTED_TAINT, ClusterSnapshot, NodeState
 from ..kube import errors as E
@@ -64,6 +64,7 @@ class Running:
 
 class Disruption:
     name = "disruption"
+    periodic = True  # polls every POLL_PERIOD; see quiet_until()
     priority = 1  # at equal times, the disruption pass runs after everything else has settled
 
     def __init__(self, env: Env, provisioner: Provisioner):
@@ -185,6 +186,39 @@ class Disruption:
             if e is not None and e.node and e.active and not e.daemon and c.pod_state(e).do_not_disrupt(now):
                 guarded.append(e.key)
         return (c.version, consolidatable, tuple(budgets), tuple(sorted(guarded)), int(now // FORCED_RECHECK))
+
+    def quiet_until(self) -> float:
+        """Until when, if nothing else happens in the cluster, every disruption pass would decide as the
+        last one did (found nothing): the next instant at which what the methods look at changes through
+        the passage of time alone (a node becomes consolidatable, a budget's schedule window opens or
+        closes, a do-not-disrupt duration runs out), or infinity. Now, when a pass has not yet looked at
+        the present state or a command is under way. A simulation may jump the clock to that instant:
+        the periodic re-checks in between would find the same nothing."""
+        c = self.env.cluster
+        now = self.env.now()
+        if self.validating is not None or self.queue:
+            return now
+        if not c.by_claim:
+            return float("inf")
+        if self._last_key is None or self._last_key[:-1] != self._key()[:-1]:
+            return now
+        _, _, times = self._key_base if self._key_base is not None else (None, None, [])
+        found: list[float] = []
+        i = bisect.bisect_right(times, now + 1e-9)
+        if i < len(times):
+            found.append(times[i])
+        for np in c.nodepools.values():
+            for b in ((np.get("spec") or {}).get("disruption") or {}).get("budgets") or []:
+                t = window_changes_at(b, now)
+                if t is not None:
+                    found.append(t)
+        for pk in c.do_not_disrupt:
+            e = c.pods.get(pk)
+            if e is not None and e.node and e.active:
+                t = c.pod_state(e).do_not_disrupt_until()
+                if t is not None and now < t < float("inf"):
+                    found.append(t)
+        return min(found, default=float("inf"))
 
     # --- the snapshot ---------------------------------------------------------------------------
     def instance_types(self, nodepool_name: str) -> dict[str, InstanceType]:

@@ -21,6 +21,7 @@ GC_PERIOD = 120.0  # seconds between passes, as upstream
 
 class GarbageCollection:
     name = "nodeclaim.garbagecollection"
+    periodic = True  # polls every GC_PERIOD
 
     def __init__(self, env: Env):
         self.env = env

@@ -38,6 +38,11 @@ class Karpenter:
             return True
         return bool(self.cluster.deleting_claims)
 
+    def quiet_until(self) -> float:
+        """Until when Karpenter's periodic passes would find nothing new if the cluster stays as it is
+        (see :meth:`Disruption.quiet_until`)."""
+        return self.disruption.quiet_until()
+
 
 def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | None = None,
           log: Logger | None = None, recorder: Recorder | None = None) -> Karpenter:

@@ -59,6 +59,19 @@ def _active(budget: Mapping, now: float) -> bool:
     return False
 
 
+def window_changes_at(budget: Mapping, now: float) -> float | None:
+    """The next instant after ``now`` at which the budget's schedule window opens or closes
+    (None without a schedule, or for a budget that cannot be evaluated)."""
+    if not budget.get("schedule") or not budget.get("duration"):
+        return None
+    try:
+        _active(budget, now)
+    except (ValueError, KeyError):
+        return None
+    hit = _WINDOWS.get((str(budget["schedule"]), str(budget["duration"])))
+    return hit[1] if hit is not None and hit[1] > now else None
+
+
 def allowed_by_budget(budget: Mapping, num_nodes: int, now: float) -> int:
     """Nodes this one budget allows to be disrupted (UNLIMITED when it is not active)."""
     if not _active(budget, now):

@@ -64,15 +64,22 @@ class PodState:
             return False
         if v == "true":
             return True
+        until = self.do_not_disrupt_until()
+        return until is not None and now < until
+
+    def do_not_disrupt_until(self) -> float | None:
+        """When a duration-valued do-not-disrupt annotation stops protecting the pod (inf while the pod
+        has not started; None for "true", no annotation or a value that protects nothing)."""
+        v = self.annotations.get(DO_NOT_DISRUPT)
+        if v is None or v == "true":
+            return None
         try:
             d = res.parse_duration(v)
         except ValueError:
-            return False
+            return None
         if d <= 0:
-            return False
-        if self.start_time is None:
-            return True
-        return now - self.start_time < d
+            return None
+        return float("inf") if self.start_time is None else self.start_time + d
 
     def tolerates_disrupted_taint(self) -> bool:
         return any(t.tolerates(DISRUPTED_TAINT) for t in self.info.tolerations)

@@ -69,6 +69,17 @@ class Clock:
             self._drop_cancelled()
             return self._timers[0].when if self._timers else None
 
+    def peek(self) -> Timer | None:
+        """The earliest live timer, left in place."""
+        with self._lock:
+            self._drop_cancelled()
+            return self._timers[0] if self._timers else None
+
+    def earliest(self, accept: Callable[[Timer], bool]) -> float:
+        """The time of the earliest live timer ``accept`` takes (infinity when none does); a full scan."""
+        with self._lock:
+            return min((t.when for t in self._timers if not t.cancelled and accept(t)), default=float("inf"))
+
     def has_keepalive(self) -> bool:
         with self._lock:
             self._drop_cancelled()

@@ -26,6 +26,7 @@ from .. import resources as res
 from ..cloudprovider.simulated import SimulatedCloud, SimulatedCloudProvider
 from ..controllers.env import DEFAULT_FEATURE_GATES, KARPY_GATES, Settings
 from ..controllers.operator import Karpenter, build
+from ..disruption.methods import POLL_PERIOD
 from ..kube import errors as E
 from ..kube.memory import MemoryAPI
 from ..kube.registry import is_namespaced
@@ -50,6 +51,11 @@ MAX_STEPS_PER_INSTANT = 5_000_000
 # expireAfter of minutes over --until of months) whose output no one reads, and it would take minutes
 # and gigabytes. Large clusters stay far below it (1,000 nodes consolidating: about 1,000 commands).
 MAX_DISRUPTIONS = 5_000
+# With a horizon (--until given), quiet stretches are skipped (Simulation._skip_quiet): the cluster must
+# have been unchanged this long (every periodic pass, garbage collection's 2 minutes included, has seen it),
+# and the clock stops this far before the next thing due, so the polls run on their usual period into it.
+QUIET_BEFORE_JUMP = 300.0
+JUMP_MARGIN = 20.0
 
 
 class World:
@@ -75,15 +81,20 @@ class World:
 class Simulation:
     """The simulated cluster and Karpenter on one manager.
 
+    ``jump_quiet`` (on) lets :meth:`run_until` skip quiet stretches; off, the loop fires every poll
+    (tests compare the two).
+
     ``karpy sandbox`` builds the same wiring with a real-time ``clock`` (then
     ``start`` is the clock's now), ``history=True`` (watches resume from a
     resourceVersion), ``strict=False`` (a failing reconcile is logged and retried, not
     raised) and optionally ``karpenter=False`` (the world without Karpenter's
     controllers, for an outside ``karpy controller``)."""
 
+    jump_quiet = True
+
     def __init__(self, documents: Iterable[Any], region: str | None = None, until: float = 3600.0, *,
                  clock: Any = None, history: bool = False, karpenter: bool = True, strict: bool = True,
-                 log: Logger | None = None):
+                 log: Logger | None = None, horizon: bool = False):
         self.scenario: dict | None = None
         self.initial: list[dict] = []
         for d in documents:
@@ -120,9 +131,11 @@ class Simulation:
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)
         self.stopped: str | None = None  # why the simulation stopped before --until, when it did
-        self._args = (region, until)
+        self._args = (region, until, horizon)
         self.baseline: Simulation | None = None  # the same input with karpy's gates off, see run_baseline()
         self.seeded: list[dict] = []  # a live cluster's objects it started from (--from-cluster)
+        self.horizon = horizon  # run to ``until`` (through quiet stretches) rather than stop once settled
+        self._periodic: frozenset[str] | None = None
         self.mgr.start()
 
     @property
@@ -141,8 +154,8 @@ class Simulation:
         settings["featureGates"] = {**(settings.get("featureGates") or {}), **{g: False for g in KARPY_GATES}}
         spec["settings"] = settings
         scenario["spec"] = spec
-        region, until = self._args
-        self.baseline = Simulation([*self.initial, scenario], region=region, until=until)
+        region, until, horizon = self._args
+        self.baseline = Simulation([*self.initial, scenario], region=region, until=until, horizon=horizon)
         if self.seeded:
             from .from_cluster import seed
 
@@ -171,7 +184,10 @@ class Simulation:
             if self.now >= self.until or self.stopped:
                 break
             self.step(action, arg)
-        self.run_until_settled()
+        if self.horizon:
+            self.run_until(self.until)
+        else:
+            self.run_until_settled()
 
     def drain(self) -> None:
         self.mgr.drain(MAX_STEPS_PER_INSTANT)
@@ -256,7 +272,39 @@ class Simulation:
                     self.clock.set(t_end)
                     self.drain()
                 return
+            if self._skip_quiet(nt, t_end):
+                continue
             self._fire_next()
+
+    def _skip_quiet(self, next_timer: float, t_end: float) -> bool:
+        """Jump over a quiet stretch: when nothing is in flight, the cluster has not changed for
+        QUIET_BEFORE_JUMP, Karpenter's periodic passes have seen the present state and found nothing, and
+        the next timer is one of those polls, move the clock to just before the next instant anything can
+        happen (a timer of the world or of a controller, a time-driven change the disruption methods would
+        see, ``t_end``). The polls then fire once, late, and carry on as usual. Decisions are those of a
+        loop that ran every poll; a month of quiet takes milliseconds, not a minute."""
+        if (not self.jump_quiet or self.karpenter is None or not self.settled()
+                or self.now < self.mgr.last_activity + QUIET_BEFORE_JUMP):
+            return False
+        periodic = self._periodic_labels()
+        if _label_head(self.clock.peek()) not in periodic:
+            return False
+        target = min(t_end, self.karpenter.quiet_until(), self.clock.earliest(lambda t: _label_head(t) not in periodic))
+        target -= JUMP_MARGIN
+        # land on the disruption poll's own period, so that its passes after the jump fall on the instants
+        # they would have fallen on without it (and the decisions carry the same times)
+        poll = self.clock.earliest(lambda t: _label_head(t) == "disruption")
+        if poll < target:
+            target = poll + ((target - poll) // POLL_PERIOD) * POLL_PERIOD
+        if target <= self.now + JUMP_MARGIN:
+            return False
+        self.clock.set(target)
+        return True
+
+    def _periodic_labels(self) -> frozenset[str]:
+        if self._periodic is None:
+            self._periodic = frozenset(c.name for c in self.mgr.controllers if getattr(c, "periodic", False))
+        return self._periodic
 
     def _fire_next(self) -> None:
         batch = self.clock.pop_next_batch()
@@ -323,6 +371,11 @@ class Simulation:
         self.api.update(obj)
         if "status" in obj and kind not in ("NodePool", "NodeClaim"):
             self.api.update({**obj, "metadata": {**meta, "resourceVersion": None}}, subresource="status")
+
+
+def _label_head(timer: Any) -> str | None:
+    """The controller (or world agent) a timer belongs to, from its label ``name/key``."""
+    return None if timer is None else timer.label.split("/", 1)[0]
 
 
 def _clean(obj: dict) -> dict:
