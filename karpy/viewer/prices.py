@@ -68,16 +68,21 @@ class PriceBook:
 
     def __init__(self, disabled: bool = False):
         self.disabled = disabled
-        self._sizes: dict[str, dict[str, Any]] = {}
+        self._types: dict[tuple[str, str], dict[str, list[Any]]] = {}
 
-    def _catalog(self, provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        from ..cloudprovider.catalog import load_catalog
+    def _offerings(self, provider: str, region: str | None) -> dict[str, list[Any]]:
+        """Instance type name -> its offerings, from karpy's catalog for that provider and region."""
+        key = (provider, region or "")
+        hit = self._types.get(key)
+        if hit is None:
+            from ..cloudprovider.catalog import get_provider
 
-        cat = load_catalog(provider)
-        sizes = self._sizes.get(provider)
-        if sizes is None:
-            sizes = self._sizes[provider] = {s["name"]: s for s in cat["sizes"]}
-        return cat, sizes
+            try:
+                types = get_provider(provider).instance_types(region, None)
+            except (ValueError, KeyError):
+                types = []  # a region the catalog does not know: no catalog price
+            hit = self._types[key] = {it.name: list(it.offerings) for it in types}
+        return hit
 
     def price(self, labels: Mapping[str, str], annotations: Mapping[str, str], provider_id: str = "") -> Price:
         if self.disabled:
@@ -92,32 +97,24 @@ class PriceBook:
         return self.catalog_price(labels, provider_id)
 
     def catalog_price(self, labels: Mapping[str, str], provider_id: str = "") -> Price:
+        """The catalog's price of the node's offering: its instance type, capacity type and zone (any zone of
+        the region when the zone is not offered: karpy's catalogs price by region)."""
         provider = provider_of(provider_id, labels)
         itype = labels.get(LABEL_INSTANCE_TYPE)
         if provider is None or not itype:
             return NO_PRICE
         capacity = capacity_type(labels) or "on-demand"
-        cat, sizes = self._catalog(provider)
-        size = sizes.get(itype)
-        if size is None:
-            return NO_PRICE
-        if provider == "kwok":
-            zone = labels.get(LABEL_ZONE)
-            offers = [o for o in size.get("offerings") or () if o["capacity_type"] == capacity]
-            exact = [o for o in offers if o["zone"] == zone] or offers
-            return Price(float(exact[0]["price"]), "catalog") if exact else NO_PRICE
         if capacity == "reserved":
             return NO_PRICE  # a reservation's price is the customer's contract, not a list price
-        region = region_of(provider, labels)
-        prices = (size.get("prices") or {}).get(region or "")
-        if prices is None:
+        region = None if provider == "kwok" else region_of(provider, labels)
+        if provider != "kwok" and region is None:
             return NO_PRICE
-        if capacity == "spot":
-            from ..cloudprovider.catalog import spot_price
-
-            value, estimated = spot_price(prices, float((cat.get("spot_estimate") or {}).get("ratio") or 1.0))
-            return Price(value, "catalog", estimated)
-        return Price(float(prices["on_demand"]), "catalog")
+        offers = [o for o in self._offerings(provider, region).get(itype, ()) if o.capacity_type == capacity]
+        zone = labels.get(LABEL_ZONE)
+        exact = [o for o in offers if o.zone == zone] or offers
+        if not exact:
+            return NO_PRICE
+        return Price(float(exact[0].price), "catalog", bool(exact[0].price_estimated))
 
 
 def capacity_type(labels: Mapping[str, str]) -> str | None:
