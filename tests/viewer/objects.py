@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 T0 = 1767225600.0  # 2026-01-01T00:00:00Z
 
 
