@@ -386,9 +386,9 @@ def _nodepools(snap: Snapshot, rows: list[NodeRow], now: float) -> list[NodePool
         mine = by_pool.pop(name, [])
         status_nodes = (np.get("status") or {}).get("nodes")
         total = int(status_nodes) if isinstance(status_nodes, (int, str)) and str(status_nodes).isdigit() \
-            else sum(1 for r in mine if r.lifecycle in ("Initialized", "Ready") and r.status != "Deleting")
+            else sum(1 for r in mine if r.lifecycle in ("Initialized", "Ready", "Node") and r.status != "Deleting")
         disrupting = sum(1 for r in mine if r.status in ("Deleting", "Disrupting")
-                         or (r.lifecycle in ("Initialized", "Ready") and not r.ready))
+                         or (r.lifecycle in ("Initialized", "Ready", "Node") and not r.ready))
         left = {reason: max(allowed_disruptions(np, total, reason, now) - disrupting, 0) for reason in REASONS}
         try:
             limits = res.parse_resource_list(spec.get("limits"))

@@ -164,7 +164,7 @@ def _status(n: NodeRow, now: float) -> Text:
     if n.lifecycle == "LaunchFailed":
         return Text("LaunchFailed", style="red")
     if n.status == "Disrupting":
-        return Text(f"Disrupting({n.disruption_reason or '?'})", style="magenta")
+        return Text("Disrupting" + (f"({n.disruption_reason})" if n.disruption_reason else ""), style="magenta")
     if n.status == "Deleting":
         return Text("Deleting" + (f"({n.disruption_reason})" if n.disruption_reason else ""), style="magenta")
     if n.status == "Cordoned":
@@ -212,7 +212,7 @@ def nodepool_header(name: str, frame: Frame) -> Text:
     if frame.pricing:
         t.append(f"  {money(p.price_per_hour)}/h")
     if p.limits:
-        lim = ", ".join(f"{k} {human_quantity(k, p.usage.get(k, 0))}/{human_quantity(k, v)}"
+        lim = ", ".join(f"{k} {human_quantity(k, p.usage[k]) + '/' if k in p.usage else ''}{human_quantity(k, v)}"
                         for k, v in sorted(p.limits.items()))
         t.append(f"  limits {lim}")
     if p.budgets_left:
