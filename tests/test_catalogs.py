@@ -16,6 +16,7 @@ from karpy.resources import CPU, EPHEMERAL, MEMORY, PODS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
+FACTS = ROOT / "data" / "facts"
 MIB = 2**20
 GIB = 2**30
 
@@ -45,11 +46,12 @@ def _by_name(its):
 @needs_data
 def test_build_is_reproducible_and_matches_the_files_on_disk():
     mod = _build_script()
-    first = mod.build_all(SHARED_DATA)
-    second = mod.build_all(SHARED_DATA)
+    first = mod.build_all(SHARED_DATA, FACTS)
+    second = mod.build_all(SHARED_DATA, FACTS)
     assert first == second
     for name, text in first.items():
-        assert (DATA_DIR / name).read_text(encoding="utf-8") == text, f"{name} is stale: rerun scripts/build_catalogs.py"
+        on_disk = mod.read_catalog_text(DATA_DIR / mod.file_name(name))
+        assert on_disk == text, f"{name} is stale: rerun scripts/build_catalogs.py"
     assert mod.main(["--data", str(SHARED_DATA), "--check"]) == 0
 
 
@@ -57,8 +59,10 @@ def test_build_is_reproducible_and_matches_the_files_on_disk():
 def test_build_writes_into_another_directory(tmp_path):
     mod = _build_script()
     assert mod.main(["--data", str(SHARED_DATA), "--out", str(tmp_path)]) == 0
-    for name in ("azure.json", "aws.json", "kwok.json"):
-        assert (tmp_path / name).read_bytes() == (DATA_DIR / name).read_bytes()
+    for name in ("azure.json.gz", "aws.json.gz", "kwok.json"):
+        assert mod.read_catalog_text(tmp_path / name) == mod.read_catalog_text(DATA_DIR / name)
+    # the compressed catalogs stay small enough to ship in the package
+    assert sum((DATA_DIR / n).stat().st_size for n in ("azure.json.gz", "aws.json.gz", "kwok.json")) < 600_000
 
 
 def test_row_counts():
@@ -110,8 +114,9 @@ def test_provider_attributes():
         "us-east-1",
     )
     assert (kwok.provider.group, kwok.provider.nodeclass_kind) == ("karpenter.kwok.sh", "KWOKNodeClass")
-    assert azure.provider.regions == ["eastus", "southcentralus", "westeurope", "westus2"]
-    assert aws.provider.regions == ["us-east-1", "us-gov-east-1", "us-gov-west-1"]
+    assert len(azure.provider.regions) == 57 and {"eastus", "westeurope", "westus2"} <= set(azure.provider.regions)
+    assert len(aws.provider.regions) == 37
+    assert {"us-east-1", "eu-west-1", "us-west-2", "us-gov-west-1"} <= set(aws.provider.regions)
     assert "karpenter.azure.com/sku-family" in azure.provider.WELL_KNOWN_LABELS
     assert "kubernetes.azure.com/os-sku" in azure.provider.WELL_KNOWN_LABELS
     assert "karpenter.k8s.aws/instance-family" in aws.provider.WELL_KNOWN_LABELS
@@ -130,7 +135,7 @@ def test_unknown_region_lists_the_known_ones():
     with pytest.raises(ValueError, match="westeurope"):
         azure.provider.instance_types("mars-1", None)
     with pytest.raises(ValueError, match="us-gov-west-1"):
-        aws.provider.instance_types("eu-west-1", None)
+        aws.provider.instance_types("eu-west-9", None)
     # the kwok catalog is region-independent
     assert len(kwok.provider.instance_types("anywhere", None)) == 144
 
@@ -256,7 +261,7 @@ def test_aws_labels_m7g_large():
         "karpenter.k8s.aws/instance-encryption-in-transit-supported": "true",
         "karpenter.k8s.aws/instance-capability-flex": "false",
     }
-    assert [o.zone for o in it.offerings][::2] == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    assert [o.zone for o in it.offerings][::2] == [f"us-east-1{z}" for z in "abcdef"]
     assert it.offerings[0].price == 0.0816
     assert it.capacity["vpc.amazonaws.com/pod-eni"] == 9
     gov = _by_name(aws.provider.instance_types("us-gov-west-1", None))["m7g.large"]
@@ -421,27 +426,32 @@ def test_azure_kube_reserved_large_size():
 
 
 @needs_data
-def test_spot_estimate_ratio_is_the_median_of_known_azure_spot_prices():
-    ratios = []
+def test_azure_spot_estimate_is_the_median_ratio_of_the_sizes_family():
+    ratios, by_family = [], {}
     for row in _csv("azure-vm-sizes.csv"):
         for region in ("eastus", "westus2", "southcentralus"):
             if row[f"spot_price_linux_per_hour_{region}"]:
-                ratios.append(
-                    float(row[f"spot_price_linux_per_hour_{region}"])
-                    / float(row[f"price_linux_ondemand_per_hour_{region}"])
+                r = float(row[f"spot_price_linux_per_hour_{region}"]) / float(
+                    row[f"price_linux_ondemand_per_hour_{region}"]
                 )
+                ratios.append(r)
+                by_family.setdefault(row["name"].removeprefix("Standard_")[0], []).append(r)
     assert len(ratios) == 90
-    assert load_catalog("azure")["spot_estimate"]["ratio"] == round(statistics.median(ratios), 6) == 0.205816
-    assert load_catalog("aws")["spot_estimate"]["ratio"] == 0.205816
+    est = load_catalog("azure")["spot_estimate"]
+    assert est["ratio"] == round(statistics.median(ratios), 6) == 0.205816
+    assert est["by_family"]["D"] == round(statistics.median(by_family["D"]), 6)
+    # a family with fewer than 3 known spot prices (B: one, at 0.9 of on-demand) falls back to the median of all
+    assert "B" not in est["by_family"] and len(by_family["B"]) == 1
 
 
 def test_known_spot_prices_are_used_and_estimates_are_flagged():
     d4_w2 = _by_name(azure.provider.instance_types("westus2", None))["Standard_D4s_v5"]
     spot = [o for o in d4_w2.offerings if o.capacity_type == "spot"]
-    assert {(o.price, o.price_estimated) for o in spot} == {(0.042, False)}
+    assert {(o.price, o.price_estimated, o.price_source) for o in spot} == {(0.042, False, "catalog")}
     d4_e = _by_name(azure.provider.instance_types("eastus", None))["Standard_D4s_v5"]
     spot = [o for o in d4_e.offerings if o.capacity_type == "spot"]
-    assert {(o.price, o.price_estimated) for o in spot} == {(round(0.192 * 0.205816, 6), True)}
+    d_ratio = load_catalog("azure")["spot_estimate"]["by_family"]["D"]
+    assert {(o.price, o.price_estimated, o.price_source) for o in spot} == {(round(0.192 * d_ratio, 6), True, "estimated")}
     assert all(not o.price_estimated for o in d4_e.offerings if o.capacity_type == "on-demand")
     for it in aws.provider.instance_types("us-east-1", None):
         for o in it.offerings:

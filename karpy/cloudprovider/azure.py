@@ -23,11 +23,15 @@ Sizes offered
     ``spec.localDNS.mode`` is Required. EncryptionAtHost and TrustedLaunch
     filters need SKU capabilities the data lacks; they are not applied.
 Offerings
-    zones ``<region>-1..3`` (no per-zone availability is known), on-demand and
-    spot in each. On-demand prices come from the data. Spot prices the data
-    knows (90 size/region pairs) are used; every other spot price is ESTIMATED
-    as on-demand x the median spot/on-demand ratio of those known prices
-    (0.205816, see the catalog notes) and flagged ``price_estimated``. Like
+    in every zone of the region: ``<region>-1..3`` where the region has
+    availability zones, else the single regional zone ``"0"`` (the label AKS
+    gives regional nodes; placement scope ``regional``); no per-zone
+    availability of sizes is known. On-demand and spot in each. On-demand
+    prices come from the data (57 regions). Spot prices the data knows (90
+    size/region pairs) are used; every other spot price is ESTIMATED as
+    on-demand x the median spot/on-demand ratio of the known prices of the
+    size's family (else of all of them; see the catalog notes) and flagged
+    ``price_estimated``. Like
     upstream, sizes missing from Karpenter-Azure's known_skus.yaml are priced
     at the penalty price 999 (on-demand and spot) so they are only used when
     nothing else fits. Sizes without an on-demand price in the region are left
@@ -51,11 +55,15 @@ from .types import (
     LABEL_INSTANCE_TYPE,
     LABEL_OS,
     LABEL_REGION,
+    PRICE_ESTIMATED,
+    PRICE_FROM_CATALOG,
     InstanceType,
     Offering,
 )
 
 GROUP = "karpenter.azure.com"
+# The zone label AKS gives nodes in a region without availability zones.
+REGIONAL_ZONE = "0"
 AKS_DOMAIN = "kubernetes.azure.com"
 
 LABEL_SKU_NAME = f"{GROUP}/sku-name"
@@ -174,6 +182,11 @@ def is_supported(size: Mapping[str, Any]) -> bool:
     )
 
 
+def placement_scope(zone: str) -> str:
+    """Karpenter-Azure's placement scope of a zone: ``regional`` for AKS's regional zone "0"."""
+    return "regional" if zone == REGIONAL_ZONE else "zonal"
+
+
 class AzureProvider(CatalogProvider):
     name = "azure"
     group = GROUP
@@ -209,12 +222,12 @@ class AzureProvider(CatalogProvider):
     DEFAULT_REGISTRATION_DELAY = 60.0
 
     def offering_labels(self, offering: Offering) -> dict[str, str]:
-        """AKS priority labels that follow the capacity type, and the zonal placement scope."""
+        """AKS priority labels that follow the capacity type, and the placement scope of the zone."""
         priority = "spot" if offering.capacity_type == CAPACITY_SPOT else "regular"
         return {
             AKS_LABEL_SCALESET_PRIORITY: priority,
             AKS_LABEL_PRIORITY: priority,
-            LABEL_PLACEMENT_SCOPE: "zonal",
+            LABEL_PLACEMENT_SCOPE: placement_scope(offering.zone),
         }
 
     def _params(self, nodeclass: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -231,8 +244,7 @@ class AzureProvider(CatalogProvider):
         }
 
     def _build(self, region: str, params: dict[str, Any]) -> list[InstanceType]:
-        ratio = float(self.catalog["spot_estimate"]["ratio"])
-        zones = [f"{region}-{i}" for i in (1, 2, 3)]
+        zones = self.zones(region)
         image_family = params["image_family"]
         os_sku = _OS_SKU_BY_IMAGE_FAMILY.get(image_family, image_family)
         out = []
@@ -244,10 +256,15 @@ class AzureProvider(CatalogProvider):
                 continue
             if params["local_dns"] and size["vcpu"] < 4:
                 continue
-            out.append(self._instance_type(size, region, zones, prices, ratio, params, os_sku))
+            out.append(self._instance_type(size, region, zones, prices, params, os_sku))
         return out
 
-    def _instance_type(self, size, region, zones, prices, ratio, params, os_sku) -> InstanceType:
+    def spot_ratio(self, size: Mapping[str, Any]) -> float:
+        """The spot/on-demand ratio that estimates an unknown spot price of this size."""
+        est = self.catalog["spot_estimate"]
+        return float(est["by_family"].get(size.get("family") or "", est["ratio"]))
+
+    def _instance_type(self, size, region, zones, prices, params, os_sku) -> InstanceType:
         vcpu = size["vcpu"]
         memory_mib = size["memory"]
         gpus = size.get("gpus") or {}
@@ -264,7 +281,8 @@ class AzureProvider(CatalogProvider):
             LABEL_SKU_MEMORY: str(memory_mib),
             AKS_LABEL_CPU: str(vcpu),
             AKS_LABEL_MEMORY: str(memory_mib),
-            LABEL_PLACEMENT_SCOPE: "zonal",
+            # every zone of a region has the same scope: zonal, or regional where it has no zones
+            LABEL_PLACEMENT_SCOPE: placement_scope(zones[0]),
             AKS_LABEL_OS_SKU: os_sku,
         }
         for key, field in ((LABEL_SKU_FAMILY, "family"), (LABEL_SKU_SERIES, "series"), (LABEL_SKU_VERSION, "version")):
@@ -297,7 +315,7 @@ class AzureProvider(CatalogProvider):
 
         if size.get("known_sku", True):
             od_price = float(prices["on_demand"])
-            sp_price, sp_estimated = spot_price(prices, ratio)
+            sp_price, sp_estimated = spot_price(prices, self.spot_ratio(size))
         else:
             od_price = sp_price = MISSING_PRICE
             sp_estimated = False
@@ -305,7 +323,13 @@ class AzureProvider(CatalogProvider):
         for zone in zones:
             offerings.append(Offering(zone=zone, capacity_type=CAPACITY_ON_DEMAND, price=od_price))
             offerings.append(
-                Offering(zone=zone, capacity_type=CAPACITY_SPOT, price=sp_price, price_estimated=sp_estimated)
+                Offering(
+                    zone=zone,
+                    capacity_type=CAPACITY_SPOT,
+                    price=sp_price,
+                    price_estimated=sp_estimated,
+                    price_source=PRICE_ESTIMATED if sp_estimated else PRICE_FROM_CATALOG,
+                )
             )
         return InstanceType(
             name=size["name"],

@@ -19,13 +19,17 @@ change the result (each provider says which in ``_params``). The catalog JSON
 is read once per process. The InstanceType objects in the cache are shared:
 callers get a fresh list, but must not mutate the objects in it.
 
-Spot prices that the data does not know are estimated with the catalog's
-``spot_estimate.ratio`` (see :func:`spot_price`) and flagged with
-``Offering.price_estimated``.
+Prices the data does not know (spot prices, on-demand prices of regions
+without their own table, Windows licenses) are estimated by the rules each
+provider and its catalog's notes state, and flagged with
+``Offering.price_estimated`` and ``Offering.price_source`` ("estimated").
+
+The Azure and AWS catalogs are stored gzip-compressed (``<name>.json.gz``).
 """
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import threading
@@ -40,9 +44,12 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 @lru_cache(maxsize=None)
 def load_catalog(name: str) -> dict[str, Any]:
-    """The parsed catalog ``data/<name>.json`` (read once per process; do not mutate)."""
-    path = DATA_DIR / f"{name}.json"
-    with path.open(encoding="utf-8") as f:
+    """The parsed catalog ``data/<name>.json[.gz]`` (read once per process; do not mutate)."""
+    packed = DATA_DIR / f"{name}.json.gz"
+    if packed.exists():
+        with gzip.open(packed, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    with (DATA_DIR / f"{name}.json").open(encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -107,6 +114,10 @@ class CatalogProvider:
     @property
     def notes(self) -> str:
         return self.catalog["notes"]
+
+    def zones(self, region: str) -> list[str]:
+        """The zone names of a known region, as the catalog lists them."""
+        return list(self.catalog["zones"][region])
 
     def check_region(self, region: str | None) -> str:
         """The region to use (the default for None/empty); ValueError for an unknown one."""

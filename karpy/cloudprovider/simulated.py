@@ -23,7 +23,7 @@ on Azure, ``ip-192-168-X-Y.<region domain>`` on AWS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..kube import errors as E
@@ -48,6 +48,18 @@ SPOT_NOTICE = 120.0  # seconds between a spot interruption notice and the reclai
 SPOT_NOTICE_BY_SCHEME = {"azure://": 30.0}  # Azure evicts spot VMs 30 seconds after the notice
 PRICE_ANNOTATION = "karpy.dev/price-per-hour"
 PRICE_ESTIMATED_ANNOTATION = "karpy.dev/price-estimated"
+PRICE_SOURCE_ANNOTATION = "karpy.dev/price-source"  # catalog | estimated | user (see types.Offering)
+
+
+def billed(o: Offering) -> Offering:
+    """The offering an instance runs in, at the price it is billed (Karpenter chose it by ``o.price``)."""
+    return replace(o, price=o.bill, billed_price=None)
+
+
+def price_annotations(o: Offering) -> dict[str, str]:
+    """The NodeClaim and Node annotations that say what a node costs and where that price comes from."""
+    return {PRICE_ANNOTATION: f"{o.bill:.4f}", PRICE_SOURCE_ANNOTATION: o.price_source,
+            **({PRICE_ESTIMATED_ANNOTATION: "true"} if o.price_estimated else {})}
 UNREGISTERED_TAINT = {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
 NODECLASS_HASH_ANNOTATIONS = {
     "azure": "karpenter.azure.com/aksnodeclass-hash",
@@ -75,10 +87,11 @@ class Instance:
 class SimulatedCloud:
     """The cloud: capacity, instances, and the Nodes they register as."""
 
-    def __init__(self, api: Any, clock: Any, region: str | None = None):
+    def __init__(self, api: Any, clock: Any, region: str | None = None, prices: Any = None):
         self.api = api
         self.clock = clock
         self.region_override = region
+        self.prices = prices  # the user's own prices (user_prices.UserPrices), applied to what nodes are billed
         self.instances: dict[str, Instance] = {}
         self.rules: list[tuple[frozenset | None, frozenset | None, str | None, bool]] = []
         self.rules_version = 0
@@ -90,6 +103,12 @@ class SimulatedCloud:
 
     def region_for(self, catalog: CatalogProvider) -> str:
         return self.region_override or catalog.default_region
+
+    def billed_offering(self, it: InstanceType, o: Offering, region: str) -> Offering:
+        """The launched offering at the price it is billed: the user's price where a row matches."""
+        if self.prices is not None:
+            o = self.prices.apply(it.name, region, o)
+        return billed(o)
 
     # --- capacity ----------------------------------------------------------------------------
     def set_availability(self, types: Any, zones: Any, capacity_type: str | None, available: bool) -> None:
@@ -122,8 +141,9 @@ class SimulatedCloud:
         spec = nodeclaim.get("spec") or {}
         taints = [dict(t) for t in spec.get("taints") or ()] + [dict(t) for t in spec.get("startupTaints") or ()]
         taints.append(dict(UNREGISTERED_TAINT))
+        o = self.billed_offering(it, o, region)
         inst = Instance(pid, node_name, claim, it, o, catalog, region, self.clock.now(), dict(labels), taints,
-                        {PRICE_ANNOTATION: f"{o.price:.4f}", **({PRICE_ESTIMATED_ANNOTATION: "true"} if o.price_estimated else {})})
+                        price_annotations(o))
         self.instances[pid] = inst
         delay = catalog.registration_delay(nodeclass)
         self.clock.call_later(delay, lambda: self._register(inst), keepalive=True, label=f"register/{node_name}")
@@ -294,8 +314,8 @@ class SimulatedCloudProvider:
         for it in types:
             if any(self._unavailable(it, o) for o in it.offerings):
                 it = InstanceType(it.name, it.labels, it.capacity, it.overhead,
-                                  [Offering(o.zone, o.capacity_type, o.price, o.available and not self._unavailable(it, o),
-                                            o.price_estimated, o.reservation_id) for o in it.offerings])
+                                  [replace(o, available=o.available and not self._unavailable(it, o))
+                                   for o in it.offerings])
             out.append(it)
         return out
 
@@ -475,8 +495,9 @@ def adopt_instances(provider: SimulatedCloudProvider, nodeclaims: list[dict], no
         taints = [dict(t) for t in spec.get("taints") or ()] + [dict(t) for t in spec.get("startupTaints") or ()]
         taints.append(dict(UNREGISTERED_TAINT))
         labels.pop(LABEL_HOSTNAME, None)
+        o = cloud.billed_offering(it, o, region)
         inst = Instance(pid, node_name, claim_name, it, o, cat, region, launched, labels, taints,
-                        {PRICE_ANNOTATION: f"{o.price:.4f}", **({PRICE_ESTIMATED_ANNOTATION: "true"} if o.price_estimated else {})})
+                        price_annotations(o))
         cloud.instances[pid] = inst
         if node is None:
             delay = max(0.0, launched + cat.registration_delay(nodeclass) - now)

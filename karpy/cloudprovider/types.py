@@ -19,9 +19,22 @@ CAPACITY_SPOT = "spot"
 CAPACITY_ON_DEMAND = "on-demand"
 
 
+# Where the price a user sees for an offering comes from (``Offering.price_source``).
+PRICE_FROM_CATALOG = "catalog"  # stated by the catalog's sources for this type, region, capacity type and OS
+PRICE_ESTIMATED = "estimated"  # derived by a rule the catalog's notes state (another region, a ratio, a license)
+PRICE_FROM_USER = "user"  # the user's own price or discount (``karpy simulate --prices FILE``)
+
+
 @dataclass(frozen=True)
 class Offering:
-    """One place an instance type can be bought: a zone and a capacity type, at a price."""
+    """One place an instance type can be bought: a zone and a capacity type, at a price.
+
+    ``price`` is the price Karpenter ranks offerings by: the one upstream Karpenter
+    would see. ``billed_price``, when set, is what the cloud bills instead (a
+    Windows license upstream's Linux prices leave out, or the user's negotiated
+    price); :attr:`bill` is the price a node of this offering costs.
+    ``price_estimated`` and ``price_source`` describe :attr:`bill`.
+    """
 
     zone: str
     capacity_type: str  # "on-demand" | "spot" | "reserved"
@@ -29,6 +42,13 @@ class Offering:
     available: bool = True
     price_estimated: bool = False  # True when the catalog assumed this price (see the catalog's notes)
     reservation_id: str | None = None
+    price_source: str = PRICE_FROM_CATALOG
+    billed_price: float | None = None
+
+    @property
+    def bill(self) -> float:
+        """USD per hour a node launched into this offering costs."""
+        return self.price if self.billed_price is None else self.billed_price
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ..runtime.manager import Manager, condition, is_true
 
 PRICE = "karpy.dev/price-per-hour"
 PRICE_ESTIMATED = "karpy.dev/price-estimated"
+PRICE_SOURCE = "karpy.dev/price-source"
 
 
 @dataclass
@@ -24,6 +25,7 @@ class ClaimLife:
     arch: str | None = None
     price: float | None = None
     price_estimated: bool = False
+    price_source: str | None = None  # catalog | estimated | user: where ``price`` comes from
     launched: bool = False
     registered: float | None = None
     initialized: float | None = None
@@ -96,6 +98,7 @@ class History:
             except ValueError:
                 life.price = 0.0
             life.price_estimated = ann.get(PRICE_ESTIMATED) == "true"
+            life.price_source = ann.get(PRICE_SOURCE)
             self._set_cost(self.cost + life.price, now)
         if life.registered is None and is_true(obj, "Registered"):
             life.registered = now

@@ -156,6 +156,7 @@ class Simulation:
         scenario["spec"] = spec
         region, until, horizon = self._args
         self.baseline = Simulation([*self.initial, scenario], region=region, until=until, horizon=horizon)
+        self.baseline.cloud.prices = self.cloud.prices  # the user's prices (--prices) bill its nodes too
         if self.seeded:
             from .from_cluster import seed
 
