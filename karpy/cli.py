@@ -33,13 +33,17 @@ def main() -> None:
 @click.option("--settle", "settle", is_flag=True,
               help="With --until: stop once the cluster is settled, as without --until.")
 @click.option("--region", "region", default=None, help="Region of the cloud catalog (default: per provider).")
+@click.option("--prices", "prices", default=None, metavar="FILE",
+              help="Your own prices or discounts (CSV or YAML: instanceType, region, capacityType, price or "
+                   "discount, optional zone): what the nodes are billed; Karpenter still chooses by public prices.")
 @click.option("--from-cluster", "from_cluster", is_flag=True,
               help="Start from a live cluster's state (read through the kubeconfig), PATH... applied on top.")
 @click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
               "$KUBECONFIG, then ~/.kube/config).")
 @click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
 def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: bool, region: str | None,
-             from_cluster: bool, kubeconfig: str | None, context: str | None) -> None:
+             from_cluster: bool, kubeconfig: str | None, context: str | None,
+             prices: str | None) -> None:
     """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
 
     With --from-cluster: what would Karpenter do in this cluster if PATH... were applied?"""
@@ -78,6 +82,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: boo
     problems = check_regions(loaded.documents, region) + check_size(loaded.documents)
     if problems:
         _fail_input(problems)
+    user_prices = _load_prices(prices) if prices is not None else None
     try:
         from .simulator.output import render_json, render_table, render_yaml
         from .simulator.sim import Simulation
@@ -91,6 +96,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: boo
             # the cluster's present: its objects' latest time, or this machine's clock if later
             documents = starting_at(documents, max(cluster_now or 0.0, float(int(time.time()))))
         sim = Simulation(documents, region=region, until=until_s, horizon=horizon)
+        sim.cloud.prices = user_prices  # bills the nodes at the user's prices (--prices)
         if cluster:
             from .simulator.from_cluster import seed
 
@@ -100,11 +106,36 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: boo
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
         if sim.stopped:
             click.echo(f"warning: {sim.stopped}", err=True)
+        _note_estimated_prices(sim)
     except Exception as e:  # pragma: no cover - an internal failure, reported as such
         click.echo(f"internal error: {e}", err=True)
         traceback.print_exc()
         sys.exit(1)
     click.echo(text, nl=False)
+
+
+def _load_prices(path: str):
+    """The user's prices file (--prices), checked against the catalogs' instance types and regions."""
+    from .cloudprovider.catalog import all_providers
+    from .cloudprovider.user_prices import PriceFileError, load_user_prices
+
+    types: set[str] = set()
+    regions: set[str] = set()
+    for p in all_providers():
+        types.update(s["name"] for s in p.catalog["sizes"])
+        regions.update(p.regions)
+    try:
+        return load_user_prices(path, types, regions)
+    except PriceFileError as e:
+        _fail_input([f"--prices: {e}"])
+
+
+def _note_estimated_prices(sim) -> None:
+    """One line on stderr when NodeClaims were priced by an estimate rather than a stated price."""
+    n = sum(1 for life in sim.history.claims.values() if life.launched and life.price_estimated)
+    if n:
+        click.echo(f"note: {n} NodeClaim price(s) are estimates (priceSource \"estimated\"; see docs/data-sources.md); "
+                   "give your own with --prices FILE", err=True)
 
 
 def _read_cluster(kubeconfig: str | None, context: str | None) -> tuple[list[dict], float | None]:

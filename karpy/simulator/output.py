@@ -100,6 +100,7 @@ def _claim_entry(life: ClaimLife) -> dict:
         "arch": life.arch,
         "pricePerHour": _price(life.price) if life.price is not None else None,
         **({"priceEstimated": True} if life.price_estimated else {}),
+        **({"priceSource": life.price_source} if life.price_source else {}),  # catalog | estimated | user
         "createdAt": fmt_time(life.created),
         "deletedAt": fmt_time(life.deleted),
         "disruptionReason": life.reason,
@@ -254,7 +255,7 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     console.print(t)
     live = sum(1 for life in h.claims.values() if life.deleted is None and life.launched)
     console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s)"
-                  + ("   (* spot price estimated by the catalog)" if estimated else ""))
+                  + ("   (* estimated price: see docs/data-sources.md, or give yours with --prices)" if estimated else ""))
     if "featureGates" in s:
         fg = s["featureGates"]
         console.print(f"Cost with upstream's decisions (karpy gates {', '.join(fg['karpy'])} off): "
