@@ -36,19 +36,21 @@ def main() -> None:
 @click.option("--prices", "prices", default=None, metavar="FILE",
               help="Your own prices or discounts (CSV or YAML: instanceType, region, capacityType, price or "
                    "discount, optional zone): what the nodes are billed; Karpenter still chooses by public prices.")
+@click.option("-k", "--kustomize", "kustomize", multiple=True, metavar="DIR",
+              help="Also simulate the kustomization in DIR, rendered as kubectl apply -k renders it.")
 @click.option("--from-cluster", "from_cluster", is_flag=True,
               help="Start from a live cluster's state (read through the kubeconfig), PATH... applied on top.")
 @click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
               "$KUBECONFIG, then ~/.kube/config).")
 @click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
 def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: bool, region: str | None,
-             from_cluster: bool, kubeconfig: str | None, context: str | None,
+             kustomize: tuple[str, ...], from_cluster: bool, kubeconfig: str | None, context: str | None,
              prices: str | None) -> None:
     """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
 
     With --from-cluster: what would Karpenter do in this cluster if PATH... were applied?"""
-    if not paths and not from_cluster:
-        _fail_input(["PATH: at least one manifest file or directory is required (or --from-cluster)"])
+    if not paths and not kustomize and not from_cluster:
+        _fail_input(["PATH: at least one manifest file or directory is required (or -k DIR, or --from-cluster)"])
     if (kubeconfig or context) and not from_cluster:
         _fail_input(["--kubeconfig/--context: only with --from-cluster"])
     from .api.loader import load_documents
@@ -71,12 +73,14 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: boo
     if from_cluster:
         cluster, cluster_now = _read_cluster(kubeconfig, context)
     try:
-        loaded = load_documents(list(paths))  # reads "-" from standard input, as bytes
+        loaded = load_documents(list(paths), kustomizations=kustomize)  # reads "-" from standard input, as bytes
     except Exception:  # the loader reports bad input itself; anything else is ours
         traceback.print_exc()
         sys.exit(1)
     if loaded.errors:
         _fail_input([str(e) for e in loaded.errors])
+    for line in loaded.messages():  # skipped documents, kustomization files, what HorizontalPodAutoscalers did
+        click.echo(f"note: {line}", err=True)
     from .simulator.inputs import check_regions, check_size
 
     problems = check_regions(loaded.documents, region) + check_size(loaded.documents)

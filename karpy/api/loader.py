@@ -11,6 +11,8 @@ import base64
 import datetime as _dt
 import math
 import os
+import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -18,13 +20,22 @@ from typing import Any, Iterator
 import yaml
 
 from ..errors import FieldError, InputError
+from . import autoscaling
 from .kinds import BY_KIND, Validated, _prefixed, duplicate_object_message, is_namespaced, validate_manifest
+from .schema import fmt_value, not_supported
+from .unmodelled import REFUSE, SKIP, classify, group_of, skipped_summary
 
 STDIN_NAME = "<stdin>"
 YAML_SUFFIXES = (".yaml", ".yml")
 
 # Fewer values than this per document, after YAML aliases are expanded (guards against "billion laughs").
 MAX_VALUES_PER_DOCUMENT = 2_000_000
+# The most bytes of manifests one run reads, over every file, standard input and rendered kustomization:
+# 16 MiB of YAML take about 1.4 GiB and half a minute to load, so past 64 MiB a run would not fit a laptop.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+# How deep a document may nest. The YAML library composes a document recursively on the C stack and
+# crashes the process past about 20,000 levels; Kubernetes objects nest about 20, the deepest CRDs about 100.
+MAX_DEPTH = 256
 
 
 @dataclass
@@ -53,6 +64,9 @@ class Document:
 class LoadResult:
     documents: list[Document] = field(default_factory=list)
     errors: list[FieldError] = field(default_factory=list)
+    skipped: list[Document] = field(default_factory=list)  # of kinds that do not affect node provisioning
+    autoscalers: list[Document] = field(default_factory=list)  # HorizontalPodAutoscalers, applied to their targets
+    notes: list[str] = field(default_factory=list)  # what a user should know that is not an error
 
     @property
     def ok(self) -> bool:
@@ -69,6 +83,13 @@ class LoadResult:
     def scenario(self) -> Document | None:
         s = self.of_kind("Scenario")
         return s[0] if s else None
+
+    def messages(self) -> list[str]:
+        """The notes for the user, and one line for every document skipped."""
+        out = list(self.notes)
+        if self.skipped:
+            out.append(skipped_summary([d.kind for d in self.skipped]))
+        return out
 
 
 # --- YAML ---------------------------------------------------------------------
@@ -111,7 +132,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
             raise _Fallback()  # an alias: the slow path expands it within the value budget
         self._budget -= 1
         if self._budget < 0:
-            raise _Fallback()
+            raise _TooBig()  # no alias met so far: the document itself is that large
         cls = node.__class__
         if cls is yaml.ScalarNode:
             tag = node.tag
@@ -189,6 +210,10 @@ class _TooBig(Exception):
     pass
 
 
+TOO_MANY_VALUES = (f"the document is too large: more than {MAX_VALUES_PER_DOCUMENT:,} values (maps, lists and "
+                   "scalars, YAML aliases expanded); karpy reads at most that many in one document")
+
+
 class _BadValue(Exception):
     def __init__(self, path: str, message: str):
         self.path = path
@@ -259,7 +284,11 @@ def _yaml_error(file: str, index: int, e: Exception) -> FieldError:
 
 
 def _parse(text: str, file: str, errors: list[FieldError]) -> Iterator[tuple[int, Any]]:
-    """Yield (index, value) for each YAML document; a syntax error ends the file."""
+    """Yield (index, value) for each YAML document; a syntax error, or a document nested too deeply
+    or holding too many values, ends the file."""
+    too_deep = _too_deep(text)
+    if too_deep is not None:
+        text = text[:too_deep[0]]  # the documents before the deep one are read as usual
     i = 0
     try:
         for data in yaml.load_all(text, Loader=_Loader):
@@ -267,33 +296,109 @@ def _parse(text: str, file: str, errors: list[FieldError]) -> Iterator[tuple[int
             i += 1
     except yaml.YAMLError as e:
         errors.append(_yaml_error(file, i, e))
+        return
+    except _TooBig:
+        errors.append(FieldError(file, i, None, None, "", TOO_MANY_VALUES))
+        return
     except RecursionError:
         errors.append(FieldError(file, i, None, None, "", "invalid YAML: the document is nested too deeply"))
+        return
     except Exception as e:  # noqa: BLE001 - the YAML library must not crash karpy either
         errors.append(FieldError(file, i, None, None, "", f"invalid YAML: {e}"))
+        return
+    if too_deep is not None:
+        errors.append(FieldError(file, i, None, None, "",
+                                 f"invalid YAML at line {too_deep[1]}: the document is nested too deeply: more "
+                                 f"than {MAX_DEPTH} levels of maps and lists (karpy reads at most {MAX_DEPTH})"))
+
+
+_COLLECTION_START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_COLLECTION_END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _too_deep(text: str) -> tuple[int, int] | None:
+    """Where the first document nested more than MAX_DEPTH deep starts (offset in ``text``) and the line
+    where it goes past, or None. Checked before the YAML library composes documents, which it does
+    recursively on the C stack (a file of 30,000 "[" would crash the process).
+
+    A document cannot nest deeper than its flow brackets plus twice its longest line (each block level
+    indents, or takes two columns as "- " or "? " on its line), so most files are let through by that
+    bound; the others are walked as a stream of parser events, which is not recursive."""
+    flow = text.count("[") + text.count("{")
+    room = (MAX_DEPTH - 2 - flow) // 2
+    if room > 0 and re.search(r"[^\n]{%d}" % room, text) is None:
+        return None
+    depth = 0
+    doc_line = 0
+    try:
+        for ev in yaml.parse(text, Loader=_BaseLoader):
+            cls = ev.__class__
+            if cls in _COLLECTION_START:
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return _line_offset(text, doc_line), ev.start_mark.line + 1
+            elif cls in _COLLECTION_END:
+                depth -= 1
+            elif cls is yaml.DocumentStartEvent:
+                doc_line = ev.start_mark.line
+    except Exception:  # noqa: BLE001 - a syntax error: the parse that follows reports it
+        return None
+    return None
+
+
+def _line_offset(text: str, line: int) -> int:
+    """Where line ``line`` (from 0) of ``text`` starts."""
+    pos = 0
+    for _ in range(line):
+        pos = text.index("\n", pos) + 1
+    return pos
 
 
 # --- files ----------------------------------------------------------------------
 
-
-def _read(path: str) -> str:
-    with open(path, "rb") as f:
-        data = f.read()
-    return data.decode("utf-8-sig")
-
-
 NOT_UTF8 = "not a UTF-8 text file"
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 
-def _read_stdin() -> bytes | str:
+class _Budget:
+    """The bytes still to be read in this run (MAX_INPUT_BYTES over every input)."""
+
+    def __init__(self, total: int = MAX_INPUT_BYTES):
+        self.left = total
+
+    def read(self, stream: Any) -> bytes | str:
+        """All of ``stream`` (bytes, or text where there is no byte stream); _TooLarge past the budget."""
+        chunks: list = []
+        while True:
+            chunk = stream.read(min(1 << 20, self.left + 1))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            self.left -= len(chunk)
+            if self.left < 0:
+                raise _TooLarge()
+        return (b"" if not chunks or isinstance(chunks[0], bytes) else "").join(chunks)
+
+    def take(self, data: bytes | str) -> None:
+        self.left -= len(data)
+        if self.left < 0:
+            raise _TooLarge()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+TOO_LARGE = (f"the input is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB; karpy simulate reads at most "
+             f"{MAX_INPUT_BYTES // (1024 * 1024)} MiB of manifests in all (files, standard input and kustomizations)")
+
+
+def _read_stdin(budget: _Budget) -> bytes | str:
     """Standard input as bytes (decoded like a file's), or as text where there is no byte stream."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is not None:
-        return stream.read()
-    return sys.stdin.read()
+    return budget.read(getattr(sys.stdin, "buffer", None) or sys.stdin)
 
 
-def _stdin_text(data: bytes | str) -> str:
+def _decode(data: bytes | str) -> str:
     """Raises UnicodeError when ``data`` is not UTF-8 (or, as text, holds undecodable bytes)."""
     if isinstance(data, (bytes, bytearray)):
         return bytes(data).decode("utf-8-sig")
@@ -301,7 +406,8 @@ def _stdin_text(data: bytes | str) -> str:
     return data[1:] if data.startswith("\ufeff") else data
 
 
-def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[FieldError], notes: list[str],
+             budget: _Budget) -> Iterator[tuple[str, str]]:
     """(name, text) of every input, each file once: a file named twice (or given both by itself
     and in its directory), or "-" given twice, is read the first time only; it holds the same
     objects, which would otherwise all be duplicates of themselves."""
@@ -313,8 +419,13 @@ def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[Fiel
             seen.add("-")
             try:
                 if stdin_data is None:
-                    stdin_data = _read_stdin()
-                stdin_text = _stdin_text(stdin_data)
+                    stdin_data = _read_stdin(budget)
+                else:
+                    budget.take(stdin_data)
+                stdin_text = _decode(stdin_data)
+            except _TooLarge:
+                errors.append(FieldError(STDIN_NAME, None, None, None, "", TOO_LARGE))
+                return
             except UnicodeError:
                 errors.append(FieldError(STDIN_NAME, None, None, None, "", NOT_UTF8))
                 continue
@@ -334,14 +445,28 @@ def _sources(paths: list[str], stdin_data: str | bytes | None, errors: list[Fiel
                 for n in entries
                 if n.endswith(YAML_SUFFIXES) and os.path.isfile(os.path.join(path, n))
             ]
-            if not files:
+            kustomizations = [n for n in entries if n in KUSTOMIZATION_NAMES and os.path.isfile(os.path.join(path, n))]
+            if kustomizations:
+                notes.append(f"{os.path.join(path, kustomizations[0])}: skipped: a kustomization is not a manifest "
+                             f"(karpy simulate -k {path} renders the directory as kubectl apply -k does)")
+                files = [f for f in files if os.path.basename(f) not in KUSTOMIZATION_NAMES]
+            if not files and not kustomizations:
                 errors.append(FieldError(path, None, None, None, "", "no *.yaml or *.yml files in this directory"))
             for f in files:
                 if _first_time(f, seen):
-                    yield from _read_file(f, errors)
+                    yield from _read_file(f, errors, budget)
+            if budget.left < 0:
+                return
+            continue
+        if os.path.basename(path) in KUSTOMIZATION_NAMES:
+            where = os.path.dirname(path) or "."
+            errors.append(FieldError(path, None, None, None, "", "a kustomization is not a manifest: "
+                                     f"karpy simulate -k {where} renders it as kubectl apply -k does"))
             continue
         if _first_time(path, seen):
-            yield from _read_file(path, errors)
+            yield from _read_file(path, errors, budget)
+            if budget.left < 0:
+                return
 
 
 def _first_time(path: str, seen: set[str]) -> bool:
@@ -355,9 +480,19 @@ def _first_time(path: str, seen: set[str]) -> bool:
     return True
 
 
-def _read_file(path: str, errors: list[FieldError]) -> Iterator[tuple[str, str]]:
+def _read_file(path: str, errors: list[FieldError], budget: _Budget) -> Iterator[tuple[str, str]]:
+    """A regular file, or a pipe (``<(helm template ...)``), within the budget; never a device."""
     try:
-        text = _read(path)
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                errors.append(FieldError(path, None, None, None, "", "not a regular file: karpy simulate reads "
+                                         "files, directories, pipes and standard input (-)"))
+                return
+            text = _decode(budget.read(f))
+    except _TooLarge:
+        errors.append(FieldError(path, None, None, None, "", TOO_LARGE))
+        return
     except FileNotFoundError:
         errors.append(FieldError(path, None, None, None, "", "no such file or directory"))
         return
@@ -427,7 +562,7 @@ def _load_one(file: str, index: int, raw: Any, result: LoadResult, clean: bool =
     try:
         data = raw if clean else _to_json(raw, budget)
     except _TooBig:
-        result.errors.append(FieldError(file, index, None, None, "", "the document is too large (YAML aliases expand too much)"))
+        result.errors.append(FieldError(file, index, None, None, "", TOO_MANY_VALUES))
         return
     except _BadValue as e:
         kind, name = _kind_name(raw)
@@ -446,9 +581,48 @@ def _load_one(file: str, index: int, raw: Any, result: LoadResult, clean: bool =
             result.errors.append(FieldError(file, index, data["kind"], None, "items", "Invalid value: must be a list"))
             return
         for j, item in enumerate(items):
-            _validate_into(file, index, item, result, prefix=f"items[{j}]", seed=f"{file}#{index}[{j}]")
+            if item is not None:  # an empty item, as an empty document, holds nothing
+                _load_manifest(file, index, item, result, prefix=f"items[{j}]", seed=f"{file}#{index}[{j}]")
         return
-    _validate_into(file, index, data, result, prefix="", seed=f"{file}#{index}")
+    _load_manifest(file, index, data, result, prefix="", seed=f"{file}#{index}")
+
+
+def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str) -> None:
+    """One manifest of the input: validated if karpy models its kind, skipped if the kind does not
+    affect node provisioning, refused (one line naming it) if it does and karpy does not model it."""
+    kind, name = _kind_name(data)
+    api_version = data.get("apiVersion") if isinstance(data, dict) else None
+    if not kind or not isinstance(api_version, str) or not api_version or kind in BY_KIND:
+        _validate_into(file, index, data, result, prefix=prefix, seed=seed)
+        return
+    meta = data.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) and isinstance(meta.get("namespace"), str) else None
+    if kind == autoscaling.KIND and group_of(api_version) == "autoscaling":
+        field_ = _prefixed(prefix, "apiVersion")
+        if api_version not in autoscaling.API_VERSIONS:
+            result.errors.append(FieldError(file, index, kind, name, field_,
+                                            not_supported(api_version, autoscaling.API_VERSIONS) + f" (for kind {kind})"))
+            return
+        try:
+            problems = autoscaling.validate(data)
+        except RecursionError:
+            problems = [("", "the document is nested too deeply")]
+        if problems:
+            result.errors.extend(FieldError(file, index, kind, name, _prefixed(prefix, f), m) for f, m in problems)
+            return
+        result.autoscalers.append(Document(file, index, kind, api_version, name or "", data["metadata"]["namespace"],
+                                           data, prefix))
+        return
+    what, why = classify(api_version, kind, data)
+    if what == SKIP:
+        result.skipped.append(Document(file, index, kind, api_version, name or "", namespace, data, prefix))
+        return
+    value = fmt_value(f"{api_version} {kind}")
+    if what == REFUSE:
+        msg = f"Unsupported value: {value}: {why}"
+    else:
+        msg = f"Unsupported value: {value}: {api_version} has no such kind (Kubernetes' {api_version} kinds: {why})"
+    result.errors.append(FieldError(file, index, kind, name, _prefixed(prefix, "kind"), msg))
 
 
 def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str,
@@ -541,21 +715,59 @@ def _duplicates(result: LoadResult) -> list[Document]:
     return out
 
 
-def load_documents(paths: list[str], stdin_text: str | bytes | None = None) -> LoadResult:
-    """Load, validate and default every manifest in ``paths`` (files, directories, or "-" for stdin).
+def load_documents(paths: list[str], stdin_text: str | bytes | None = None,
+                   kustomizations: list[str] | tuple[str, ...] = ()) -> LoadResult:
+    """Load, validate and default every manifest in ``paths`` (files, directories, or "-" for stdin)
+    and in the ``kustomizations`` (directories rendered as ``kubectl apply -k`` renders them, first).
 
     ``stdin_text`` stands in for standard input (bytes are decoded as a file's
     are); without it, "-" reads ``sys.stdin`` as bytes. Collects every error
     across every document; documents without errors are returned in input
     order (files in the given order, a directory's files sorted by name,
-    documents in file order).
+    documents in file order). Documents of kinds that do not affect node
+    provisioning are in ``skipped``; HorizontalPodAutoscalers are applied to
+    their targets (``karpy.api.autoscaling``) and kept in ``autoscalers``.
     """
     result = LoadResult()
     scenarios: list[tuple[str, int, str]] = []
-    for file, text in _sources(list(paths), stdin_text, result.errors):
+    budget = _Budget()
+    for file, text in _rendered(list(kustomizations), result.errors, budget):
         _load_text_into(text, file, result, scenarios)
-    _cross_document_checks(result, scenarios)
+    for file, text in _sources(list(paths), stdin_text, result.errors, result.notes, budget):
+        _load_text_into(text, file, result, scenarios)
+    _finish(result, scenarios)
     return result
+
+
+def _rendered(directories: list[str], errors: list[FieldError], budget: _Budget) -> Iterator[tuple[str, str]]:
+    from .kustomize import RenderError, render
+
+    for d in directories:
+        name = f"{d} (kustomize)"
+        try:
+            text = _decode(render(d, budget.read))
+        except _TooLarge:
+            errors.append(FieldError(name, None, None, None, "", TOO_LARGE))
+            return
+        except RenderError as e:
+            errors.append(FieldError(f"-k {d}", None, None, None, "", str(e)))
+            continue
+        except UnicodeError:
+            errors.append(FieldError(name, None, None, None, "", NOT_UTF8))
+            continue
+        yield name, text
+
+
+def _finish(result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
+    _cross_document_checks(result, scenarios)
+    first: dict[tuple, Document] = {}
+    for d in list(result.autoscalers):
+        seen = first.setdefault((d.namespace, d.name), d)
+        if seen is not d:
+            result.autoscalers.remove(d)
+            result.errors.append(FieldError(d.file, d.index, d.kind, d.name, _prefixed(d.prefix, "metadata.name"),
+                                            duplicate_object_message(d.kind, d.namespace, d.name, _where(seen))))
+    autoscaling.apply_autoscalers(result.documents, result.autoscalers, result.errors, result.notes)
 
 
 def _load_text_into(text: str, file: str, result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
@@ -576,7 +788,7 @@ def load_text(text: str, file: str = STDIN_NAME) -> LoadResult:
     result = LoadResult()
     scenarios: list[tuple[str, int, str]] = []
     _load_text_into(text, file, result, scenarios)
-    _cross_document_checks(result, scenarios)
+    _finish(result, scenarios)
     return result
 
 

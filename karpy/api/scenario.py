@@ -9,6 +9,7 @@ spec:
   - apply: [ {manifest}, ... ]
   - advance: 10m
   - scale: {kind: Deployment, namespace: ns, name: web, replicas: 2}
+  - scale: {kind: HorizontalPodAutoscaler, name: web, replicas: 8}   # what it chooses under load
   - patch: {kind: NodePool, name: default, merge: {spec: {...}}}
   - delete: {kind: Deployment, namespace: ns, name: web}
   - interrupt: {node: NODE_NAME}  |  {selector: {matchLabels: {...}}, count: 1}
@@ -37,6 +38,7 @@ from typing import Any
 
 from ..resources import DurationRangeError, parse_duration
 from ..timeutil import normalize_rfc3339
+from . import autoscaling
 from .core import label_selector, topology_spread_constraints
 from .meta import object_meta
 from .schema import (
@@ -90,7 +92,8 @@ FEATURE_GATE_DEFAULTS = {
 }
 
 ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available")
-SCALABLE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "NodePool")
+# a HorizontalPodAutoscaler "scaled" is what it would choose under load (karpy.api.autoscaling)
+SCALABLE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "NodePool", autoscaling.KIND)
 CAPACITY_TYPES = ("on-demand", "spot", "reserved")
 
 
@@ -163,7 +166,7 @@ def _target_defaulter(step: dict, ctx: Ctx) -> None:
     is_namespaced = _kinds().is_namespaced
 
     kind = step.get("kind")
-    if isinstance(kind, str) and is_namespaced(kind):
+    if isinstance(kind, str) and (is_namespaced(kind) or kind == autoscaling.KIND):
         if step.get("namespace") in (None, ""):
             step["namespace"] = "default"
     elif isinstance(kind, str):
@@ -183,9 +186,9 @@ def _target_checker(kinds: tuple[str, ...] | None):
             ctx.err(child(path, "kind"), not_supported(kind, allowed))
             return
         av = step.get("apiVersion")
-        info = BY_KIND[kind]
-        if isinstance(av, str) and av not in info.api_versions:
-            ctx.err(child(path, "apiVersion"), not_supported(av, info.api_versions) + f" (for kind {kind})")
+        versions = autoscaling.API_VERSIONS if kind == autoscaling.KIND else BY_KIND[kind].api_versions
+        if isinstance(av, str) and av not in versions:
+            ctx.err(child(path, "apiVersion"), not_supported(av, versions) + f" (for kind {kind})")
 
     return check
 
