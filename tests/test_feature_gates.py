@@ -52,7 +52,7 @@ def test_cost_refinement_on_launches_the_cheaper_pair_and_shows_both_costs(tmp_p
     assert s["featureGates"] == {"karpy": ["CostRefinement"], "costPerHourUpstream": "0.2172",
                                  "savingPerHour": "0.0543"}
     table = _run(d).stdout
-    assert "Cost: $0.1629/hour for 2 node(s)" in table
+    assert "Cost: $0.1629/hour for 2 node(s), $118.92/month" in table
     assert "Cost with upstream's decisions (karpy gates CostRefinement off): $0.2172/hour" in table
 
 

@@ -174,10 +174,13 @@ class Provisioner:
                 continue  # a static NodePool keeps its own count of nodes; pending pods never launch from it
             nodeclass, nref = c.nodeclass_for(np)
             if nodeclass is None or (hasattr(env.cloud, "serves") and not env.cloud.serves(nref)):
-                problems[name] = f'incompatible with nodepool "{name}", nodeclass not found'
+                ref_ = ((np.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
+                problems[name] = (f'incompatible with nodepool "{name}", nodeclass not found '
+                                  f'({ref_.get("kind") or "NodeClass"} "{ref_.get("name") or ""}")')
                 continue
-            if not nodeclass_readiness(nodeclass)[0]:
-                problems[name] = f'incompatible with nodepool "{name}", nodeclass not ready'
+            ready, _, why = nodeclass_readiness(nodeclass)
+            if not ready:
+                problems[name] = f'incompatible with nodepool "{name}", nodeclass not ready' + (f" ({why})" if why else "")
                 continue
             key = (np["metadata"].get("resourceVersion"), id(np), nodeclass["metadata"].get("resourceVersion"),
                    id(nodeclass), c.daemonsets_version, ice)

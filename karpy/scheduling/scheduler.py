@@ -1049,11 +1049,12 @@ class Scheduler:
             tpl = ts.tpl
             idx = ts.all_idx
             rem = self.remaining.get(tpl.nodepool)
-            if rem is not None:
+            if rem is not None and len(idx):
                 within = (ts.capacity <= rem).all(axis=1)
-                idx = idx[within[idx]]
+                before, idx = idx, idx[within[idx]]
                 if not len(idx):
-                    reasons.append(f'incompatible with nodepool "{tpl.nodepool}", all available instance types exceed limits for nodepool')
+                    reasons.append(f'incompatible with nodepool "{tpl.nodepool}", all available instance types exceed '
+                                   f'limits for nodepool ({self._limit_hit(ts, before, rem)})')
                     continue
             if self.remaining_nodes.get(tpl.nodepool, 1) <= 0:
                 reasons.append(f'incompatible with nodepool "{tpl.nodepool}", node limits have been exhausted for nodepool')
@@ -1086,6 +1087,12 @@ class Scheduler:
         if not self.tstates:
             return False, "no nodepools found"
         return False, "; ".join(reasons)
+
+    def _limit_hit(self, ts: _TemplateState, idx: np.ndarray, rem: np.ndarray) -> str:
+        """The NodePool limits that no instance type fits within, with what is left of each."""
+        over = (ts.capacity[idx] > rem).all(axis=0)
+        hit = [f"{k} remaining {res.format_units(k, max(int(rem[j]), 0))}" for j, k in enumerate(self.rnames) if over[j]]
+        return ", ".join(hit) or "no single limit excludes every type"
 
     def _incompatible_message(self, cls: _Class, ts: _TemplateState, why: str | None) -> str:
         tpl = ts.tpl

@@ -27,6 +27,7 @@ def _price(x: float) -> str:
     return f"{x:.4f}"
 
 
+HOURS_PER_MONTH = 730  # as the node viewers and cloud price pages count a month
 TABLE_ROWS = 100  # beyond this many NodeClaims (or disruptions) the table groups (or trims) them
 
 
@@ -200,18 +201,72 @@ def render_yaml(sim: Simulation) -> str:
     return yaml.dump(result_list(sim), Dumper=_NoAliasDumper, sort_keys=False, default_flow_style=False)
 
 
-def render_table(sim: Simulation, width: int = 160) -> str:
+BLOCKING_REASONS = ("Unconsolidatable", "DisruptionBlocked")
+# kubectl's look: no vertical rules, two spaces between columns, a rule under the header
+TABLE_STYLE = dict(title_justify="left", show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+
+
+def not_disrupted(sim: Simulation, events: list[dict]) -> list[tuple[str, str, str, float]]:
+    """Why the nodes and NodePools that exist at the end were not disrupted: per object, the latest
+    Unconsolidatable or DisruptionBlocked message Karpenter published about it, and since when it has
+    said so without a break. Rows are (kind, name, message, since)."""
+    latest: dict[tuple[str, str], tuple[str, float]] = {}
+    for e in events:
+        if e.get("reason") not in BLOCKING_REASONS or (e.get("source") or {}).get("component") != "karpenter":
+            continue
+        inv = e.get("involvedObject") or {}
+        key = (inv.get("kind") or "", inv.get("name") or "")
+        if key[0] not in ("Node", "NodePool"):
+            continue
+        msg = str(e.get("message") or "")
+        t = parse_time(e.get("lastTimestamp")) or 0.0
+        prev = latest.get(key)
+        latest[key] = (msg, prev[1] if prev is not None and prev[0] == msg else t)
+    out = []
+    for (kind, name), (msg, since) in sorted(latest.items()):
+        obj = sim.api.try_get(kind, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            continue
+        out.append((kind, name, msg, since))
+    return out
+
+
+def table_width() -> int:
+    """The terminal's width when standard output is one, else 120 (a pipe, a file, CI logs)."""
+    import shutil
+    import sys
+
+    if sys.stdout.isatty():
+        return max(80, shutil.get_terminal_size((120, 24)).columns)
+    return 120
+
+
+def render_table(sim: Simulation, width: int | None = None) -> str:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
-    s = summary(sim)["status"]
+    # text from manifests and messages (e.g. "In [amd64]") is never read as Rich markup or emoji codes
+    console = Console(file=buf, width=width or table_width(), force_terminal=False, color_system=None,
+                      highlight=False, markup=False, emoji=False)
+    style = {**TABLE_STYLE, "box": box.SIMPLE_HEAD}
+    events = _events(sim)
+    s = summary(sim, pending_reasons(sim, events))["status"]
     h = sim.history
     pods, _ = sim.api.list("Pod")
     pods_on: dict[str, int] = {}
+    workload = daemon = workload_bound = daemon_bound = 0
     for p in pods:
-        if P.node_name(p) and not P.is_daemon(p) and P.phase(p) in ("Pending", "Running"):
+        is_daemon = P.is_daemon(p)
+        bound = bool(P.node_name(p))
+        if is_daemon:
+            daemon += 1
+            daemon_bound += bound
+        else:
+            workload += 1
+            workload_bound += bound
+        if bound and not is_daemon and P.phase(p) in ("Pending", "Running"):
             pods_on[P.node_name(p)] = pods_on.get(P.node_name(p), 0) + 1
     caps = {}
     for c in sim.api.list("NodeClaim")[0]:
@@ -220,7 +275,7 @@ def render_table(sim: Simulation, width: int = 160) -> str:
     grouped = len(claims) > TABLE_ROWS
     if grouped:
         # thousands of rows help nobody: one row per kind of NodeClaim (every one is in -o yaml/json)
-        t = Table(title=f"NodeClaims ({s['start']} → {s['end']}): {len(claims)}, grouped", title_justify="left")
+        t = Table(title=f"NodeClaims ({s['start']} → {s['end']}): {len(claims)}, grouped", **style)
         for col in ("NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "STATE", "COUNT", "$/HOUR EACH", "PODS"):
             t.add_column(col, justify="right" if col in ("COUNT", "$/HOUR EACH", "PODS") else "left")
         groups: dict[tuple, list] = {}
@@ -236,9 +291,12 @@ def render_table(sim: Simulation, width: int = 160) -> str:
                       str(pods))
         estimated = any(x.price_estimated and x.launched for x in claims)
     else:
-        t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", title_justify="left")
+        t = Table(title=f"NodeClaims ({s['start']} → {s['end']})", **style)
         for col in ("NAME", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "ARCH", "CPU", "MEMORY", "$/HOUR", "PODS", "STATE"):
-            t.add_column(col, justify="right" if col in ("CPU", "$/HOUR", "PODS") else "left")
+            # names are never cut to a common prefix: two NodeClaims must read differently
+            t.add_column(col, justify="right" if col in ("CPU", "$/HOUR", "PODS") else "left",
+                         no_wrap=col in ("NAME", "INSTANCE TYPE", "$/HOUR"),
+                         overflow="fold")
         estimated = False
         for life in claims:
             price = "-"
@@ -254,18 +312,21 @@ def render_table(sim: Simulation, width: int = 160) -> str:
             )
     console.print(t)
     live = sum(1 for life in h.claims.values() if life.deleted is None and life.launched)
-    console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s)"
+    console.print(f"Cost: ${s['costPerHour']}/hour for {live} node(s), ${float(s['costPerHour']) * HOURS_PER_MONTH:,.2f}/month"
                   + ("   (* estimated price: see docs/data-sources.md, or give yours with --prices)" if estimated else ""))
     if "featureGates" in s:
         fg = s["featureGates"]
         console.print(f"Cost with upstream's decisions (karpy gates {', '.join(fg['karpy'])} off): "
                       f"${fg['costPerHourUpstream']}/hour; karpy's gates save ${fg['savingPerHour']}/hour")
-    console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending")
+    console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending"
+                  + (f" ({workload} workload: {workload_bound} bound; {daemon} DaemonSet: {daemon_bound} bound; "
+                     "the PODS column counts workload pods)" if daemon else ""))
     if s["pendingPods"]:
         by_reason: dict[str, list[str]] = {}
         for p in s["pendingPods"]:
             by_reason.setdefault(p["message"], []).append(f"{p['namespace']}/{p['name']}")
-        pt = Table(title="Pending pods", title_justify="left")
+        console.print()
+        pt = Table(title="Pending pods", **style)
         pt.add_column("PODS", overflow="fold")
         pt.add_column("WHY", overflow="fold")
         for why, names in by_reason.items():
@@ -276,14 +337,40 @@ def render_table(sim: Simulation, width: int = 160) -> str:
         shown = h.disruptions if len(h.disruptions) <= TABLE_ROWS else h.disruptions[-TABLE_ROWS:]
         title = "Disruptions" if shown is h.disruptions else \
             f"Disruptions (the last {len(shown)} of {len(h.disruptions)}; -o yaml lists every one)"
-        dt = Table(title=title, title_justify="left")
-        for col in ("STARTED", "FINISHED", "REASON", "METHOD", "NODEPOOL", "NODECLAIMS", "REPLACED BY", "BUDGET",
-                    "OUTCOME", "$/HOUR BEFORE", "$/HOUR AFTER"):
-            dt.add_column(col, justify="right" if col.startswith("$") else "left", overflow="fold")
+        console.print()
+        dt = Table(title=title, **style)
+        dt.add_column("STARTED", no_wrap=True)
+        dt.add_column("DISRUPTION")
         for d in shown:
-            budget = f"{d.budget['disrupting']}/{d.budget['allowed']}" if d.budget else "-"
-            dt.add_row(fmt_time(d.started), fmt_time(d.finished) or "-", d.reason, d.method, d.nodepool,
-                       ", ".join(d.candidates), ", ".join(d.replacements) or "-", budget, d.outcome,
-                       _price(d.cost_before), _price(d.cost_after) if d.cost_after is not None else "-")
+            # one wrapping cell: whole NodeClaim names, whatever the width
+            budget = f", budget {d.budget['disrupting']} disrupting of {d.budget['allowed']} allowed" if d.budget else ""
+            took = f" in {res.format_duration(d.finished - d.started)}" if d.finished is not None else ""
+            cost = f"${_price(d.cost_before)}" + (f" → ${_price(d.cost_after)}" if d.cost_after is not None else "")
+            lines = [f"{d.reason} ({d.method}) in nodepool {d.nodepool}{budget}: {d.outcome}{took}, {cost}/hour"]
+            if d.message:
+                lines.append(d.message)
+            lines.append("removes " + " ".join(d.candidates))
+            if d.replacements:
+                lines.append("launches " + " ".join(d.replacements))
+            dt.add_row(fmt_time(d.started), "\n".join(lines))
         console.print(dt)
+    blocked = not_disrupted(sim, events)
+    if blocked:
+        console.print()
+        bt = Table(title="Not disrupted, and why (Karpenter's latest Unconsolidatable or DisruptionBlocked event)",
+                   **style)
+        bt.add_column("NODECLAIMS / NODEPOOLS", overflow="fold")
+        bt.add_column("SINCE", no_wrap=True)
+        bt.add_column("WHY", overflow="fold")
+        claim_of = {life.node: life.name for life in h.claims.values() if life.node}
+        by_why: dict[tuple[str, str], tuple[list[str], float]] = {}
+        for kind, name, msg, since in blocked:
+            label = f"nodepool/{name}" if kind == "NodePool" else (claim_of.get(name) or name)
+            names, first = by_why.get((kind, msg), ([], since))
+            names.append(label)
+            by_why[(kind, msg)] = (names, min(first, since))
+        for (kind, msg), (names, since) in sorted(by_why.items(), key=lambda kv: (kv[0][0] != "NodePool", kv[1][1])):
+            shown = " ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            bt.add_row(f"{len(names)}: {shown}" if len(names) > 1 else shown, fmt_time(since), msg)
+        console.print(bt)
     return buf.getvalue()

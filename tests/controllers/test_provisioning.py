@@ -192,7 +192,8 @@ def test_limits_count_existing_nodeclaims(h):
     _provision(h, pod("a", cpu="1", unschedulable=True))
     assert [x["metadata"]["name"] for x in h.nodeclaims()] == [c["metadata"]["name"]]
     assert _failed_scheduling(h, "a") == [
-        'Failed to schedule pod, incompatible with nodepool "default", all available instance types exceed limits for nodepool']
+        'Failed to schedule pod, incompatible with nodepool "default", all available instance types exceed limits for '
+        'nodepool (cpu remaining 0)']
 
 
 def test_node_limits(h):
