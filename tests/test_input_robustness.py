@@ -1302,3 +1302,137 @@ def test_an_error_about_an_odd_key_stays_on_one_line(key, tmp_path):
     assert r.exit_code == 2
     lines = r.stderr.splitlines()
     assert lines and all(ln.startswith(f"error: {path}: document 2 (NodeClaim/x1): spec") for ln in lines), lines
+
+
+# --- hostile input sizes and shapes: exit 2 with the limit that was hit, never a crash (issue 24 item 11) -------
+
+def run_cli(args, stdin=None, timeout=120):
+    """``karpy simulate`` as a process of its own: a crash (a signal) shows as a negative return code."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "from karpy.cli import main; main()", "simulate", *args],
+                          stdin=stdin if stdin is not None else subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("text", ["[" * 30_000 + "]" * 30_000 + "\n", "- " * 30_000 + "x\n",
+                                  "a:\n" + "".join(" " * i + "- \n" for i in range(1, 600)) + "  x\n"],
+                         ids=["flow", "compact-block", "indented-block"])
+def test_yaml_nested_30000_levels_is_refused_not_a_crash(text, tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    r = run_cli([str(path)])
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert f"error: {path}: document 0: invalid YAML at line " in r.stderr
+    assert "more than 256 levels" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_depth_limit_is_exact_and_earlier_documents_still_load():
+    from karpy.api.loader import MAX_DEPTH
+
+    ok = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+    at_limit = "x: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\n"
+    r = load_text(ok + "---\n" + at_limit)
+    assert "nested" not in " ".join(e.message for e in r.errors)  # a map of MAX_DEPTH - 1 lists: read
+    over = "x: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n"
+    r = load_text(ok + "---\n" + ok.replace("name: a", "name: b") + "---\n" + over, "f.yaml")
+    assert [d.name for d in r.documents] == ["a", "b"]
+    assert [str(e) for e in r.errors] == [
+        f"f.yaml: document 2: invalid YAML at line 9: the document is nested too deeply: more than {MAX_DEPTH} "
+        f"levels of maps and lists (karpy reads at most {MAX_DEPTH})"]
+
+
+def test_a_device_is_not_read(tmp_path):
+    r = run_cli(["/dev/zero"], timeout=60)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr == ("error: /dev/zero: not a regular file: karpy simulate reads files, directories, pipes and "
+                        "standard input (-)\n")
+
+
+def test_endless_standard_input_stops_at_the_size_limit():
+    with open("/dev/zero", "rb") as zero:
+        r = run_cli(["-"], stdin=zero, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("error: <stdin>: the input is larger than 64 MiB; karpy simulate reads at most 64 MiB")
+
+
+def test_the_size_limit_is_over_every_input_together(tmp_path, monkeypatch):
+    import karpy.api.loader as loader
+
+    monkeypatch.setattr(loader, "MAX_INPUT_BYTES", 1000)
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("# " + "a" * 600 + "\n")
+    b.write_text("# " + "b" * 600 + "\n")
+    assert load_documents([str(a)]).errors == []
+    r = load_documents([str(a), str(b)])
+    assert [(e.file, "larger than" in e.message) for e in r.errors] == [(str(b), True)]
+
+
+def test_a_pipe_is_read_like_standard_input(tmp_path):
+    """``karpy simulate <(helm template ...)`` hands karpy a pipe: it is read (within the size limit)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "manifests"
+    os.mkfifo(fifo)
+    text = dump([NODECLASS, nodepool(), deployment("web", 2)])
+
+    def write():
+        with open(fifo, "w") as f:
+            f.write(text)
+
+    t = threading.Thread(target=write)
+    t.start()
+    r = load_documents([str(fifo)])
+    t.join()
+    assert r.errors == [] and [d.kind for d in r.documents] == ["KWOKNodeClass", "NodePool", "Deployment"]
+
+
+def test_a_large_document_without_aliases_names_the_value_limit(monkeypatch):
+    import karpy.api.loader as loader
+
+    monkeypatch.setattr(loader, "MAX_VALUES_PER_DOCUMENT", 1000)
+    big = dump([scenario(steps=[{"advance": "1s"}] * 600)])
+    (err,) = load_text(big).errors
+    assert "more than 2,000,000 values" in err.message and "aliases expand too much" not in err.message
+    assert err.message.startswith("the document is too large")
+
+
+def test_alternating_scale_steps_count_every_pod_they_create(tmp_path):
+    """2,000 steps scaling 400,000 replicas up and down again: each scale-up creates the pods anew, so the
+    input creates far more than a simulation holds; refused at once (this used to run for minutes at 3.7 GB)."""
+    import time
+
+    steps = [{"scale": {"kind": "Deployment", "name": "web", "replicas": 0 if i % 2 else 400_000}}
+             for i in range(2000)]
+    path = tmp_path / "in.yaml"
+    path.write_text(dump([NODECLASS, nodepool(), deployment("web", 1), scenario(steps=steps)]))
+    t = time.monotonic()
+    r = run_cli([str(path)])
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert time.monotonic() - t < 60
+    assert r.stderr == (f"error: {path}: document 3 (Scenario/s): spec.steps[2].scale.replicas: Invalid value: 400000: "
+                        "the input creates 800000 pods in all (every workload's replicas and every pod the Scenario's "
+                        "steps add); one simulation holds at most 500000 (about 25 KiB of memory each)\n")
+
+
+def test_pods_created_over_steps_scale_ups_new_templates_and_deletes():
+    from karpy.simulator.inputs import check_size
+
+    def created(steps, replicas=100_000):
+        return check_size(load([NODECLASS, nodepool(), deployment("web", replicas), scenario(steps=steps)]).documents)
+
+    up = {"scale": {"kind": "Deployment", "name": "web", "replicas": 200_000}}
+    down = {"scale": {"kind": "Deployment", "name": "web", "replicas": 0}}
+    assert created([up, down, up]) == []  # 200,000 + 200,000 = 400,000 created
+    assert created([up, down, up, down, up])  # 600,000
+    assert created([{"scale": {"kind": "Deployment", "name": "other", "replicas": 499_999}}] * 3) == []  # not there
+    # a new pod template replaces every pod of a Deployment; applying the same one again creates none
+    changed = deployment("web", 200_000, cpu="200m")
+    assert created([{"apply": [changed]}, {"apply": [copy.deepcopy(changed)]}], 200_000) == []  # 400,000
+    assert created([{"apply": [changed]}, {"apply": [deployment("web", 200_000)]}], 200_000)  # 600,000
+    # deleted and applied again: all its pods anew
+    gone = {"delete": {"kind": "Deployment", "name": "web"}}
+    assert created([gone, {"apply": [deployment("web", 200_000)]}, gone, {"apply": [deployment("web", 200_000)]}],
+                   200_000)

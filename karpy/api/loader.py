@@ -363,8 +363,8 @@ KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization
 class _Budget:
     """The bytes still to be read in this run (MAX_INPUT_BYTES over every input)."""
 
-    def __init__(self, total: int = MAX_INPUT_BYTES):
-        self.left = total
+    def __init__(self, total: int | None = None):
+        self.left = MAX_INPUT_BYTES if total is None else total
 
     def read(self, stream: Any) -> bytes | str:
         """All of ``stream`` (bytes, or text where there is no byte stream); _TooLarge past the budget."""
