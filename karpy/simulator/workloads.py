@@ -51,7 +51,26 @@ def replicaset_name(deployment: dict) -> tuple[str, str]:
     return f"{deployment['metadata']['name']}-{h}", h
 
 
-def _owner_ref(obj: dict) -> dict:
+def replicaset_for(d: dict, replicas: int) -> dict:
+    """The ReplicaSet the deployment controller makes for a Deployment's current template."""
+    rs_name, h = replicaset_name(d)
+    tmpl = (d.get("spec") or {}).get("template") or {}
+    tmeta = tmpl.get("metadata") or {}
+    labels = {**(tmeta.get("labels") or {}), "pod-template-hash": h}
+    sel = dict((d.get("spec") or {}).get("selector") or {})
+    sel["matchLabels"] = {**(sel.get("matchLabels") or {}), "pod-template-hash": h}
+    return {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": rs_name, "namespace": d["metadata"].get("namespace", "default"), "labels": labels,
+                     "ownerReferences": [owner_ref(d)],
+                     "annotations": {"deployment.kubernetes.io/desired-replicas": str(replicas)}},
+        "spec": {"replicas": replicas, "selector": sel,
+                 "template": {"metadata": {**tmeta, "labels": labels}, "spec": tmpl.get("spec") or {}}},
+    }
+
+
+def owner_ref(obj: dict) -> dict:
+    """A controller ownerReference to ``obj``."""
     return {"apiVersion": obj.get("apiVersion") or "apps/v1", "kind": obj["kind"], "name": obj["metadata"]["name"],
             "uid": obj["metadata"].get("uid", ""), "controller": True, "blockOwnerDeletion": True}
 
@@ -160,7 +179,7 @@ class Workloads:
 
     def _deployment(self, d: dict) -> None:
         ns = d["metadata"].get("namespace", "default")
-        rs_name, h = replicaset_name(d)
+        rs_name, _ = replicaset_name(d)
         replicas = desired_replicas(d)
         old = []
         for rs in self.mgr.list("ReplicaSet", ns):
@@ -179,22 +198,9 @@ class Workloads:
             except E.NotFound:
                 pass
         cur = self.mgr.get("ReplicaSet", rs_name, ns)
-        tmpl = (d.get("spec") or {}).get("template") or {}
-        tmeta = tmpl.get("metadata") or {}
-        labels = {**(tmeta.get("labels") or {}), "pod-template-hash": h}
         if cur is None:
-            sel = dict((d.get("spec") or {}).get("selector") or {})
-            sel["matchLabels"] = {**(sel.get("matchLabels") or {}), "pod-template-hash": h}
-            rs = {
-                "apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": rs_name, "namespace": ns, "labels": labels,
-                             "ownerReferences": [_owner_ref(d)],
-                             "annotations": {"deployment.kubernetes.io/desired-replicas": str(replicas)}},
-                "spec": {"replicas": replicas, "selector": sel,
-                         "template": {"metadata": {**tmeta, "labels": labels}, "spec": tmpl.get("spec") or {}}},
-            }
             try:
-                self.api.create(rs)
+                self.api.create(replicaset_for(d, replicas))
             except E.AlreadyExists:
                 pass
         elif int((cur.get("spec") or {}).get("replicas") or 0) != replicas:
@@ -209,7 +215,7 @@ class Workloads:
             tmeta = tmpl.get("metadata") or {}
             lbls = dict(labels if labels is not None else (tmeta.get("labels") or {}))
             s = _Stamp(skey, lbls, dict(tmeta["annotations"]) if tmeta.get("annotations") else None,
-                       tmpl.get("spec") or {}, [_owner_ref(owner)])
+                       tmpl.get("spec") or {}, [owner_ref(owner)])
             self._stamps[uid] = s
         return s
 
