@@ -2,6 +2,11 @@
 
 Stored objects are shared and never mutated, so every function here returns a
 new object that shares the subtrees the patch does not touch.
+
+A JSON patch from a client is bounded as kube-apiserver bounds it: at most
+:data:`MAX_OPERATIONS` operations (413), and its ``copy`` operations may add at
+most :data:`MAX_COPY_BYTES` in all (kube-apiserver's ``JSONPatchMaxCopyBytes``),
+so a short patch cannot double an object again and again.
 """
 
 from __future__ import annotations
@@ -9,7 +14,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
+
 from .errors import BadRequest, Invalid
+from .limits import RequestEntityTooLarge
+
+MAX_OPERATIONS = 10_000  # kube-apiserver's maxJSONPatchOperations
+MAX_COPY_BYTES = 3 * 1024 * 1024  # kube-apiserver's JSONPatchMaxCopyBytes
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -107,10 +118,16 @@ def _with(doc: Any, tokens: list[str], op: str, value: Any = None) -> Any:
     raise Invalid("jsonpatch: path through a scalar")
 
 
-def json_patch(doc: Any, ops: Any) -> Any:
-    """RFC 6902 over a JSON document (add, remove, replace, move, copy, test)."""
+def json_patch(doc: Any, ops: Any, max_operations: int | None = None, max_copy_bytes: int | None = None) -> Any:
+    """RFC 6902 over a JSON document (add, remove, replace, move, copy, test); with the bounds given, a patch of
+    more operations is a 413 and copies adding more bytes in all an Invalid, as kube-apiserver answers them."""
     if not isinstance(ops, list):
         raise BadRequest("json patch must be a list of operations")
+    if max_operations is not None and len(ops) > max_operations:
+        raise RequestEntityTooLarge(f"Request entity too large: The allowed maximum operations in a JSON patch is "
+                                    f"{max_operations}, got "
+                                    f"{len(ops)}")
+    copied = 0
     for o in ops:
         if not isinstance(o, dict) or "op" not in o or "path" not in o:
             raise BadRequest(f"invalid json patch operation {o!r}")
@@ -124,6 +141,11 @@ def json_patch(doc: Any, ops: Any) -> Any:
         elif op in ("move", "copy"):
             src = _pointer(o.get("from", ""))
             value = _get(doc, src)
+            if op == "copy" and max_copy_bytes is not None:
+                copied += _size(value)
+                if copied > max_copy_bytes:
+                    raise Invalid(f"Unable to complete the copy, the accumulated size increase of copy is {copied}, "
+                                  f"exceeding the limit {max_copy_bytes}")
             if op == "move":
                 doc = _with(doc, src, "remove")
             doc = _with(doc, tokens, "add", value)
@@ -133,3 +155,10 @@ def json_patch(doc: Any, ops: Any) -> Any:
         else:
             raise BadRequest(f"unknown json patch operation {op!r}")
     return doc
+
+
+def _size(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):  # too deep to write: as large as allowed at all
+        return MAX_COPY_BYTES + 1

@@ -377,3 +377,74 @@ _SPECIAL: dict[str, Callable[[Any], Any]] = {
     f"{_EXT}.JSONSchemaPropsOrBool": _schema_or_bool,
     f"{_EXT}.JSONSchemaPropsOrStringArray": _schema_or_strings,
 }
+
+
+# --- unknown fields ---------------------------------------------------------------------------------------
+def _json_fields(full_name: str) -> dict[str, Any]:
+    """JSON name -> field descriptor of a message, the fields of structs JSON inlines included."""
+    cached = _FIELDS.get(full_name)
+    if cached is not None:
+        return cached
+    desc = schemas().pool.FindMessageTypeByName(full_name)
+    h = schemas().hints.get(full_name, _NO_HINTS)
+    out: dict[str, Any] = {}
+    for fd in desc.fields:
+        if fd.number in h.inline and fd.message_type is not None:
+            out.update(_json_fields(fd.message_type.full_name))
+        else:
+            out[h.names.get(fd.number, fd.name)] = fd
+    _FIELDS[full_name] = out
+    return out
+
+
+_FIELDS: dict[str, dict[str, Any]] = {}
+
+
+def prune(obj: dict, api_version: str, kind: str) -> tuple[dict, list[str]]:
+    """``obj`` without the fields its built-in kind does not have, and the paths of those fields (as
+    kube-apiserver's decoder names them in its warnings: ``spec.bogus``, ``data``...). Types are not checked.
+    An object of a kind without a schema here is returned as it is."""
+    name = message_name(api_version, kind)
+    if name is None or schemas().message_class(name) is None:
+        return obj, []
+    unknown: list[str] = []
+    out = _prune(obj, name, "", unknown, top=True)
+    return out, unknown
+
+
+def _prune(obj: Any, message: str, path: str, unknown: list[str], top: bool = False) -> Any:
+    if not isinstance(obj, dict) or message in _SPECIAL_NAMES:
+        return obj
+    fields = _json_fields(message)
+    out: dict[str, Any] | None = None
+    for k, v in obj.items():
+        fd = fields.get(k)
+        where = f"{path}.{k}" if path else k
+        if fd is None and not (top and k in ("apiVersion", "kind")):
+            unknown.append(where)
+            if out is None:
+                out = {kk: vv for kk, vv in obj.items()}
+            out.pop(k, None)
+            continue
+        if fd is None or fd.message_type is None:
+            continue
+        mt = fd.message_type
+        if fd.is_repeated and mt.GetOptions().map_entry:
+            vt = mt.fields_by_name["value"].message_type
+            if vt is None or not isinstance(v, dict):
+                continue
+            nv: Any = {mk: _prune(mv, vt.full_name, f"{where}.{mk}", unknown) for mk, mv in v.items()}
+        elif fd.is_repeated:
+            if not isinstance(v, list):
+                continue
+            nv = [_prune(x, mt.full_name, f"{where}[{i}]", unknown) for i, x in enumerate(v)]
+        else:
+            nv = _prune(v, mt.full_name, where, unknown)
+        if nv != v:
+            if out is None:
+                out = {kk: vv for kk, vv in obj.items()}
+            out[k] = nv
+    return obj if out is None else out
+
+
+_SPECIAL_NAMES = frozenset(_SPECIAL)

@@ -66,11 +66,12 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
-import yaml
 
 from ..kube import errors as E
 from ..kube.memory import MemoryAPI
-from ..kube.patch import json_patch, merge_patch
+from ..kube import limits as L
+from ..kube import yamlsafe
+from ..kube.patch import MAX_COPY_BYTES, MAX_OPERATIONS, json_patch, merge_patch
 from ..kube.port import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from ..kube.registry import BY_KIND
 from ..kube.times import fmt_time
@@ -196,7 +197,10 @@ class RestAPI:
     def handle(self, method: str, target: str, headers: Any, body: bytes) -> Response:
         parts = urlsplit(target)
         path = unquote(parts.path).rstrip("/") or "/"  # as Go's server decodes it: "%3A" is ":", "%2F" a "/"
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        lists = parse_qs(parts.query, keep_blank_values=True)
+        query: dict[str, Any] = {k: v[-1] for k, v in lists.items()}
+        if "dryRun" in lists:
+            query["dryRun"] = lists["dryRun"]  # every value: each must be "All"
         self._tls.warnings = []
         try:
             resp = self._dispatch(method.upper(), path, query, headers, body)
@@ -667,7 +671,7 @@ class RestAPI:
             meta.pop(k, None)
         if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
-        dry = _dry_run(query)
+        dry = _dry_run(query, "CreateOptions")
         with self.lock:
             if s.namespaced:
                 self._require_namespace(meta["namespace"])
@@ -677,6 +681,7 @@ class RestAPI:
                     raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
                 meta["name"] = self._generate_name(s.kind, meta.get("namespace", ""), prefix)
             obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
+            _check_name_segment(obj)
             obj = self._defaults(s, obj, None)
             obj = self._track(s, None, obj, _manager(query, headers), seen=_as_field_manager_sees(s, obj))
             obj = self._strategy_on_create(s, obj)
@@ -684,7 +689,7 @@ class RestAPI:
                 if self.api.try_get(s.kind, meta["name"], meta.get("namespace", "")) is not None:
                     raise E.AlreadyExists(f'{_resource(s)} "{meta["name"]}" already exists', kind=s.plural,
                                           name=meta["name"], group=s.group)
-                return Response(201, self._out(s, self._dry_created(obj)))
+                return Response(201, self._out(s, self._dry_created(_storable(obj))))
             created = self._store_new(s, obj)
         return self._render_one(s, created, headers, 201)
 
@@ -750,7 +755,7 @@ class RestAPI:
                 m = _meta(obj)
                 uid = self.api.new_uid("Job", m.get("namespace", ""), m.get("name", ""))
                 obj = json.loads(json.dumps(obj).replace(generated, uid))
-        created = self.api.create(obj, uid=uid)
+        created = self.api.create(_storable(obj), uid=uid)
         if s.kind == "Namespace":
             self.populate_namespace(_meta(created)["name"])
         return created
@@ -804,10 +809,15 @@ class RestAPI:
                 raise _invalid(s.kind, s.group, "", [("metadata.name", "Required value: name or generateName is required")])
             check = _NAME_CHECKS.get(s.kind)
             bad = check(str(name)) if check is not None else []
+            if not bad and s.kind == "CustomResourceDefinition":
+                spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+                names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+                if name != f"{names.get('plural')}.{spec.get('group')}":
+                    bad = ['must be spec.names.plural+"."+spec.group']
             if bad:
                 shown = json.dumps(name, ensure_ascii=False)
                 raise _invalid(s.kind, s.group, str(name), [("metadata.name", f"Invalid value: {shown}: {m}") for m in bad])
-            return obj
+            return self._prune(s, obj, field_validation)
         rv = _meta(obj).get("resourceVersion")
         doc, errors = validate_object(obj, file="request", old=old, api_notes=True)
         unknown = [e for e in errors if _is_unknown_field(e.message)]
@@ -830,6 +840,25 @@ class RestAPI:
             out["metadata"] = {**m, "resourceVersion": rv}
         return out
 
+    def _prune(self, s: D.Served, obj: dict, field_validation: str) -> dict:
+        """A built-in kind karpy's API validation does not cover, without the fields the kind does not have (as
+        kube-apiserver's decoder drops them, with a warning; ``fieldValidation=Strict``: a 400), and within the
+        size kube-apiserver's validation allows a ConfigMap's or a Secret's data."""
+        if s.view == "events.k8s.io" or _expect(s) is None and s.kind != "CustomResourceDefinition":
+            return obj
+        pruned, unknown = P.prune(obj, s.api_version, s.kind)
+        if unknown:
+            if field_validation == "Strict":
+                raise E.BadRequest(f'{s.kind} in version "{s.version}" cannot be handled as a {s.kind}: strict '
+                                   "decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
+            if field_validation != "Ignore":
+                self._warnings.extend(f'unknown field "{u}"' for u in unknown)
+        if s.kind in ("ConfigMap", "Secret") and _data_bytes(pruned) > MAX_DATA_BYTES:
+            where = "data" if s.kind == "Secret" else "[]"
+            raise _invalid(s.kind, s.group, r_name(pruned), [(where, f"Too long: may not be more than {MAX_DATA_BYTES} "
+                                                                     "bytes")])
+        return pruned
+
     # --- update and patch ---------------------------------------------------------------------------
     def _update(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
         s = r.served
@@ -842,7 +871,7 @@ class RestAPI:
             if meta.get("namespace") and meta["namespace"] != self._ns(r):
                 raise E.BadRequest("the namespace of the provided object does not match the namespace sent on the request")
             meta["namespace"] = self._ns(r)
-        dry = _dry_run(query)
+        dry = _dry_run(query, "UpdateOptions")
         with self.lock:
             cur = self.api.get(s.kind, r.name, self._ns(r))
             rv = meta.get("resourceVersion")
@@ -853,8 +882,8 @@ class RestAPI:
                 obj = self._track(s, cur, self._status_write(s, cur, obj, query), manager, "status",
                                   sent=meta.get("managedFields", MISSING_FIELD))
                 if dry:
-                    return Response(200, self._out(s, obj))
-                new = self.api.update(obj, subresource="status")
+                    return Response(200, self._out(s, _storable(obj)))
+                new = self.api.update(_storable(obj), subresource="status")
             else:
                 for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp"):
                     if k in _meta(cur):
@@ -867,8 +896,8 @@ class RestAPI:
                 validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager,
                                         sent=meta.get("managedFields", MISSING_FIELD))
                 if dry:
-                    return Response(200, self._out(s, validated))
-                new = self.api.update(validated)
+                    return Response(200, self._out(s, _storable(validated)))
+                new = self.api.update(_storable(validated))
         return self._render_one(s, new, headers)
 
     def _patch(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
@@ -878,9 +907,9 @@ class RestAPI:
                 (ctype == STRATEGIC_MERGE_PATCH and _expect(s) is None):  # custom resources take no strategic merge
             raise _patch_type_unsupported(s)
         patch = _parse_patch(body, headers, ctype)
+        dry = _dry_run(query, "PatchOptions")
         if ctype == APPLY_PATCH:
             return self._apply(r, query, headers, patch)
-        dry = _dry_run(query)
         with self.lock:
             cur = self.api.get(s.kind, r.name, self._ns(r))
             wire = self._out(s, cur)
@@ -911,15 +940,15 @@ class RestAPI:
             if r.sub == "status":
                 new = self._track(s, cur, self._status_write(s, cur, new, query), manager, "status", sent=sent)
                 if dry:
-                    return Response(200, self._out(s, new))
-                out = self.api.update(new, subresource="status")
+                    return Response(200, self._out(s, _storable(new)))
+                out = self.api.update(_storable(new), subresource="status")
             else:
                 validated = self._validate(s, new, cur, query.get("fieldValidation", ""))
                 validated = self._strategy_on_update(s, self._defaults(s, validated, cur), cur)
                 validated = self._track(s, cur, self._as_stored(s, cur, validated, None), manager, sent=sent)
                 if dry:
-                    return Response(200, self._out(s, validated))
-                out = self.api.update(validated)
+                    return Response(200, self._out(s, _storable(validated)))
+                out = self.api.update(_storable(validated))
         return self._render_one(s, out, headers)
 
     # --- server-side apply ------------------------------------------------------------------------------
@@ -948,7 +977,7 @@ class RestAPI:
             raise E.BadRequest("the namespace of the provided object does not match the namespace sent on the request")
         config = _apply_body(config, r)
         sub = r.sub
-        dry = _dry_run(query)
+        dry = _dry_run(query, "PatchOptions")
         with self.lock:
             cur = self.api.try_get(s.kind, r.name, self._ns(r))
             if cur is None and sub is not None:
@@ -1005,15 +1034,15 @@ class RestAPI:
             if sub == "status":
                 new = self._status_write(s, cur, obj, query)
                 if dry:
-                    return Response(200, self._out(s, new))
-                res = self.api.update(new, subresource="status")
+                    return Response(200, self._out(s, _storable(new)))
+                res = self.api.update(_storable(new), subresource="status")
             else:
                 validated = self._validate(s, obj, cur, query.get("fieldValidation", ""))
                 validated = self._as_stored(s, cur, self._strategy_on_update(s, self._defaults(s, validated, cur),
                                                                              cur), None)
                 if dry:
-                    return Response(200, self._out(s, validated))
-                res = self.api.update(validated)
+                    return Response(200, self._out(s, _storable(validated)))
+                res = self.api.update(_storable(validated))
         return self._render_one(s, res, headers)
 
     def _create_applied(self, s: D.Served, r: Route, query: dict, headers: Any, obj: dict, dry: bool) -> Response:
@@ -1027,9 +1056,10 @@ class RestAPI:
         if "status" in s.type.subresources and s.kind not in KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         obj = self._validate(s, obj, None, query.get("fieldValidation", ""))
+        _check_name_segment(obj)
         obj = self._strategy_on_create(s, self._defaults(s, obj, None))
         if dry:
-            return Response(201, self._out(s, self._dry_created(obj)))
+            return Response(201, self._out(s, self._dry_created(_storable(obj))))
         return self._render_one(s, self._store_new(s, obj), headers, 201)
 
     # --- field managers ---------------------------------------------------------------------------------
@@ -1176,9 +1206,11 @@ class RestAPI:
                 new = merge_patch(scale, payload)
             else:
                 raise E.UnsupportedMediaType(f"the body of the request was in an unknown format: {ctype}")
-            return self._set_scale(s, r, cur, new, query, headers)
+            return self._set_scale(s, r, cur, new, query, headers,
+                                   _dry_run(query, "UpdateOptions" if method == "PUT" else "PatchOptions"))
 
-    def _set_scale(self, s: D.Served, r: Route, cur: dict, new: Any, query: dict, headers: Any) -> Response:
+    def _set_scale(self, s: D.Served, r: Route, cur: dict, new: Any, query: dict, headers: Any,
+                   dry: bool) -> Response:
         if not isinstance(new, dict):
             raise E.BadRequest("the body of the request is not a Scale")
         rv = _meta(new).get("resourceVersion")
@@ -1197,7 +1229,7 @@ class RestAPI:
                                                            for e in out["metadata"].get("managedFields") or ()])
         if not out["metadata"]["managedFields"]:
             del out["metadata"]["managedFields"]
-        if _dry_run(query):
+        if dry:
             return Response(200, self._scale_obj(out))
         updated = self.api.update(out)
         return Response(200, self._scale_obj(updated))
@@ -1209,8 +1241,10 @@ class RestAPI:
         if _meta(ev).get("name") and _meta(ev)["name"] != r.name:
             raise E.BadRequest(f"name in URL does not match name in Eviction object")
         opts = ev.get("deleteOptions") or {}
+        if not isinstance(opts, dict):
+            raise E.BadRequest("the deleteOptions of the Eviction are not an object")
         uid = (opts.get("preconditions") or {}).get("uid")
-        if "All" in (opts.get("dryRun") or []):
+        if _dry_run({"dryRun": opts["dryRun"]} if "dryRun" in opts else {}, "DeleteOptions"):
             with self.lock:
                 self.api.get("Pod", r.name, self._ns(r))
             return Response(201, _status_ok(201))
@@ -1236,7 +1270,8 @@ class RestAPI:
             grace = _go_int(query["gracePeriodSeconds"])
         out = {"propagation": opts.get("propagationPolicy") or query.get("propagationPolicy"),
                "preconditions": opts.get("preconditions"), "grace": grace if isinstance(grace, int) else None,
-               "dry": "All" in (opts.get("dryRun") or []) or _dry_run(query)}
+               "dry": _dry_run({"dryRun": opts["dryRun"]} if opts.get("dryRun") is not None else query,
+                               "DeleteOptions")}
         orphan = opts.get("orphanDependents")
         if orphan is None and "orphanDependents" in query:
             orphan = _truthy(query["orphanDependents"])
@@ -1533,6 +1568,14 @@ def _invalid(kind: str, group: str, name: str, errors: list[tuple[str, str]]) ->
     return E.Invalid(f'{qualified} "{name}" is invalid: {body}', kind=kind, name=name, group=group, causes=causes)
 
 
+def _check_name_segment(obj: dict) -> None:
+    """A name that cannot be a path segment could never be addressed again: kube-apiserver's storage refuses it."""
+    name = str(_meta(obj).get("name") or "")
+    bad = _path_segment_errors(name)
+    if bad:
+        raise E.BadRequest(f"Name parameter invalid: {json.dumps(name)}: {';'.join(bad)}")
+
+
 def _path_segment_errors(name: str) -> list[str]:
     """Why a name cannot be a path segment (kube-apiserver's IsValidPathSegmentName)."""
     if name in (".", ".."):
@@ -1567,6 +1610,32 @@ _NAME_CHECKS: dict[str, Callable[[str], list[str]]] = {
     "Role": _path_segment_errors, "RoleBinding": _path_segment_errors, "ClusterRole": _path_segment_errors,
     "ClusterRoleBinding": _path_segment_errors,
 }
+
+
+MAX_DATA_BYTES = 1024 * 1024  # a ConfigMap's or a Secret's data in all (kube-apiserver's MaxSecretSize)
+
+
+def _data_bytes(obj: dict) -> int:
+    """The bytes a ConfigMap's or a Secret's data holds (a Secret's data and binaryData are base64)."""
+    import base64
+    import binascii
+
+    total = 0
+    for k in ("data", "binaryData", "stringData"):
+        m = obj.get(k)
+        if not isinstance(m, dict):
+            continue
+        for v in m.values():
+            if not isinstance(v, str):
+                continue
+            if k == "binaryData" or (k == "data" and obj.get("kind") == "Secret"):
+                try:
+                    total += len(base64.b64decode(v, validate=False))
+                    continue
+                except (binascii.Error, ValueError):
+                    pass
+            total += len(v.encode())
+    return total
 
 
 def _list_key(o: dict) -> str:
@@ -1799,8 +1868,37 @@ def _truthy(v: Any) -> bool:
     return str(v).lower() in ("1", "true", "yes")
 
 
-def _dry_run(query: dict) -> bool:
-    return query.get("dryRun") == "All"
+def _dry_run(query: dict, options: str) -> bool:
+    """Whether a write is a dry run: ``dryRun=All``; any other value is kube-apiserver's 422 (the write is not
+    performed)."""
+    values = query.get("dryRun")
+    if values is None:
+        return False
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise E.BadRequest(f"json: cannot unmarshal {type(values).__name__} into Go struct field {options}.dryRun of "
+                           "type []string")
+    bad = [v for v in values if v != "All"]
+    if bad:
+        shown = "[]string{" + ", ".join(json.dumps(v) for v in values) + "}"
+        raise _invalid(options, "meta.k8s.io", "", [("dryRun", f'Unsupported value: {shown}: supported values: "All"')])
+    return bool(values)
+
+
+def _storable(obj: dict) -> dict:
+    """``obj`` if the store can keep it and give it back: no deeper than karpy can write, no larger than etcd
+    holds (kube-apiserver passes etcd's refusal on as a 500; the sandbox says 413, the client's request being
+    at fault)."""
+    if L.deeper_than(obj):
+        raise E.BadRequest(f"the object nests deeper than {L.MAX_DEPTH} levels of objects and arrays")
+    try:
+        size = len(orjson.dumps(obj))
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise E.BadRequest(f"the object cannot be stored: {e}") from None
+    if size > L.MAX_OBJECT_BYTES:
+        raise L.RequestEntityTooLarge("etcdserver: request is too large")
+    return obj
 
 
 def _and_selector(a: str | None, b: str) -> str:
@@ -1878,10 +1976,21 @@ def _parse_body(body: bytes, headers: Any, yaml_ok: bool = False, expect: tuple[
         raise E.UnsupportedMediaType(_UNKNOWN_FORMAT + accepted)
     try:
         if yaml_ok or "yaml" in ct:
-            return yaml.safe_load(body)
-        return orjson.loads(body)
+            out = yamlsafe.load(body)
+        else:
+            out = orjson.loads(body)
+    except yamlsafe.YAMLLimitError as e:
+        raise E.BadRequest(f"error decoding YAML: error converting YAML to JSON: {e}") from None
     except Exception as e:  # noqa: BLE001 - any malformed body is the client's error
-        raise E.BadRequest(f"the body of the request could not be decoded: {e}")
+        raise E.BadRequest(f"the body of the request could not be decoded: {e}") from None
+    _check_depth(out)
+    return out
+
+
+def _check_depth(obj: Any) -> None:
+    if L.deeper_than(obj):
+        raise E.BadRequest(f"the body of the request could not be decoded: it nests deeper than {L.MAX_DEPTH} "
+                           "levels of objects and arrays")
 
 
 def _parse_patch(body: bytes, headers: Any, ctype: str) -> Any:
@@ -1889,16 +1998,18 @@ def _parse_patch(body: bytes, headers: Any, ctype: str) -> Any:
     if ctype == APPLY_PATCH:
         return _parse_body(body, headers, yaml_ok=True)
     try:
-        return orjson.loads(body)
+        out = orjson.loads(body)
     except orjson.JSONDecodeError as e:
         raise E.BadRequest(f"error decoding patch: {e}") from None
+    _check_depth(out)
+    return out
 
 
 def _apply_json_patch(doc: Any, patch: Any) -> Any:
     """A JSON patch applied; one that cannot apply (a failed ``test``, a missing path, an unknown operation) is
     kube-apiserver's 422 without details."""
     try:
-        return json_patch(doc, patch)
+        return json_patch(doc, patch, MAX_OPERATIONS, MAX_COPY_BYTES)
     except (E.BadRequest, E.Invalid):
         raise E.Invalid("the server rejected our request due to an error in our request", empty_details=True) from None
 
