@@ -14,13 +14,16 @@ How the state is carried over:
   handed to the simulated cloud (:func:`~karpy.cloudprovider.simulated.
   adopt_instances`), so Karpenter sees its nodes as launched, registered and
   initialized rather than launching them again.
-* Workloads (Deployments, StatefulSets, DaemonSets, Jobs) are copied; their
-  pods are stamped anew by the simulated workload controllers and placed by the
-  kube-scheduler stand-in onto the copied Nodes (first fit; kube-scheduler's
-  scoring is not modelled), so counts and shapes are the cluster's, exact
-  placement may differ. ReplicaSets owned by a Deployment, and pods owned by
-  any controller, are not copied for that reason; pods without a controller
-  are copied with their node.
+* Workloads (Deployments, StatefulSets, DaemonSets, Jobs) are copied, and so
+  are their pods, where they are: a bound pod stays on its node, a pending pod
+  stays pending. The simulated workload controllers adopt them (a Deployment's
+  pods belong to the ReplicaSet karpy's deployment controller makes for its
+  template), so nothing is stamped again unless the manifests on top change a
+  template or a replica count. Cordoned Nodes stay cordoned; NodeClaims and
+  Nodes being deleted stay being deleted (Karpenter's termination goes on,
+  through PodDisruptionBudgets). Pods already terminating or finished are left
+  out. The result's ``fromCluster`` block gives the change against the present:
+  NodeClaims added and removed, cost per hour before and after.
 * The simulation starts at the cluster's present: the latest time its objects
   carry (creation, condition transitions), or the caller's clock if later.
   Ages start there: a NodeClaim's ``expireAfter`` counts from the start, not
@@ -43,12 +46,17 @@ SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "d
 WITH_STATUS = ("Node", "NodeClaim", "NodePool")
 
 
+OWNER = "karpy.dev/seed-owner"  # on a copied pod: "Kind/name" of the workload that keeps it (read, then dropped)
+DELETING = "karpy.dev/seed-deleting"  # on a copied NodeClaim or Node that the cluster is deleting
+
+
 def read_cluster(api: Any) -> tuple[list[dict], list[str], float | None]:
     """The objects to start from, notes on what was left out (kinds the server does not serve), and the
     latest time the objects carry (the cluster's present, as far as its objects tell)."""
     out: list[dict] = []
     notes: list[str] = []
     latest: float | None = None
+    deployment_of: dict[tuple[str, str], str] = {}  # (namespace, ReplicaSet) -> the Deployment owning it
     for kind in KINDS:
         try:
             objs, _ = api.list(kind)
@@ -59,10 +67,48 @@ def read_cluster(api: Any) -> tuple[list[dict], list[str], float | None]:
             t = _latest_time(obj)
             if t is not None and (latest is None or t > latest):
                 latest = t
+            owner = _controller(obj)
+            if kind == "ReplicaSet" and owner is not None and owner[0] == "Deployment":
+                deployment_of[(_ns(obj), obj["metadata"]["name"])] = owner[1]
             if _skip(kind, obj):
                 continue
-            out.append(_clean(kind, obj))
+            clean = _clean(kind, obj)
+            if kind == "Pod" and owner is not None:
+                okind, oname = owner
+                if okind == "ReplicaSet" and (_ns(obj), oname) in deployment_of:
+                    okind, oname = "Deployment", deployment_of[(_ns(obj), oname)]
+                _annotate(clean, OWNER, f"{okind}/{oname}")
+            if kind in ("NodeClaim", "Node") and (obj.get("metadata") or {}).get("deletionTimestamp"):
+                _annotate(clean, DELETING, "true")
+            out.append(clean)
     return out, notes, latest
+
+
+def _ns(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("namespace") or "default"
+
+
+def _controller(obj: dict) -> tuple[str, str] | None:
+    for r in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if r.get("controller"):
+            return str(r.get("kind") or ""), str(r.get("name") or "")
+    return None
+
+
+def _annotate(obj: dict, key: str, value: str) -> None:
+    meta = obj.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), key: value}
+
+
+def _take(obj: dict, key: str) -> str | None:
+    """Remove and return one of the seed's own annotations."""
+    ann = dict((obj.get("metadata") or {}).get("annotations") or {})
+    value = ann.pop(key, None)
+    if value is not None:
+        obj["metadata"] = {**obj["metadata"], "annotations": ann}
+        if not ann:
+            obj["metadata"].pop("annotations")
+    return value
 
 
 def _latest_time(obj: dict) -> float | None:
@@ -96,16 +142,15 @@ def starting_at(documents: list[Any], start: float) -> list[Any]:
     return out
 
 
-def _controlled(obj: dict) -> bool:
-    return any(r.get("controller") for r in (obj.get("metadata") or {}).get("ownerReferences") or ())
-
-
 def _skip(kind: str, obj: dict) -> bool:
     meta = obj.get("metadata") or {}
-    if meta.get("deletionTimestamp") and kind in ("Pod", "NodeClaim", "Node"):
+    if meta.get("deletionTimestamp") and kind == "Pod":
         return True  # on its way out
-    if kind in ("Pod", "ReplicaSet", "Job") and _controlled(obj):
-        return True  # stamped anew by its controller in the simulated world
+    owner = _controller(obj)
+    if kind in ("ReplicaSet", "Job") and owner is not None:
+        return True  # made anew by its own controller in the simulated world (its pods are kept)
+    if kind == "Pod" and owner is not None and owner[0] not in ("ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
+        return True  # a controller karpy does not simulate (an operator's): nothing would keep the pod
     if kind == "Pod" and (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return True
     if kind == "Namespace" and meta.get("name") in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -134,17 +179,64 @@ def seed(sim: Any, objects: list[dict]) -> None:
     cloud the instances of the NodeClaims (before the simulation's own manifests are applied)."""
     from ..cloudprovider.simulated import adopt_instances
 
+    from .workloads import desired_replicas, owner_ref, replicaset_for, replicaset_name
+
     api = sim.api
     sim.seeded = objects
+    owners: dict[tuple[str, str, str], dict] = {}  # (kind, namespace, name) -> the object pods hang from
+    deleting: list[tuple[str, str]] = []
     for obj in objects:
         kind = obj["kind"]
         body = {k: v for k, v in obj.items() if k != "status"}
+        body["metadata"] = dict(body.get("metadata") or {})
+        owner = _take(body, OWNER) if kind == "Pod" else None
+        if _take(body, DELETING):
+            deleting.append((kind, body["metadata"].get("name", "")))
+        if owner is not None:
+            okind, _, oname = owner.partition("/")
+            parent = owners.get((okind, _ns(body), oname))
+            if parent is None:
+                continue  # its workload was not copied: nothing in the simulation would keep it
+            body["metadata"]["ownerReferences"] = [owner_ref(parent)]
+            if okind == "Deployment":  # the pod now belongs to karpy's ReplicaSet for the template
+                body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}),
+                                              "pod-template-hash": parent["metadata"]["labels"]["pod-template-hash"]}
         try:
             created = api.create(body)
         except E.ApiError:
-            continue  # e.g. a name the simulated world made already (a DaemonSet pod)
+            continue  # e.g. a name the simulated world made already
         if kind in WITH_STATUS and obj.get("status"):
             api.update({**created, "status": obj["status"]}, subresource="status")
+        if kind in ("ReplicaSet", "StatefulSet", "DaemonSet", "Job"):
+            owners[(kind, _ns(created), created["metadata"]["name"])] = created
+        elif kind == "Deployment":
+            rs_name, _ = replicaset_name(created)
+            try:
+                rs = api.create(replicaset_for(created, desired_replicas(created)))
+            except E.AlreadyExists:
+                rs = api.get("ReplicaSet", rs_name, _ns(created))
+            owners[("Deployment", _ns(created), created["metadata"]["name"])] = rs
     claims, _ = api.list("NodeClaim")
     nodes, _ = api.list("Node")
     adopt_instances(sim.provider, claims, nodes)
+    for kind, name in deleting:  # the cluster was deleting them: Karpenter's termination carries on
+        try:
+            api.delete(kind, name)
+        except E.NotFound:
+            pass
+
+
+def delta(sim: Any) -> dict | None:
+    """The change against the cluster's present: NodeClaims added and removed, cost per hour before
+    (the copied NodeClaims that were running) and after (at the end)."""
+    if not sim.seeded:
+        return None
+    before = {o["metadata"]["name"] for o in sim.seeded if o["kind"] == "NodeClaim"}
+    h = sim.history
+    cost_before = sum(life.price or 0.0 for name, life in h.claims.items() if name in before and life.launched)
+    return {
+        "nodeClaimsAdded": [name for name, life in h.claims.items() if name not in before and life.launched],
+        "nodeClaimsRemoved": [name for name, life in h.claims.items() if name in before and life.deleted is not None],
+        "costPerHourBefore": cost_before,
+        "costPerHourAfter": h.cost,
+    }

@@ -153,8 +153,20 @@ def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
             "disruptions": [_disruption_entry(d) for d in h.disruptions],
             **({"stoppedEarly": sim.stopped} if getattr(sim, "stopped", None) else {}),
             **(_comparison(sim) if getattr(sim, "baseline", None) is not None else {}),
+            **(_from_cluster(sim) if getattr(sim, "seeded", None) else {}),
         },
     }
+
+
+def _from_cluster(sim: Simulation) -> dict:
+    """--from-cluster: the change against the cluster's present."""
+    from .from_cluster import delta
+
+    d = delta(sim)
+    if d is None:
+        return {}
+    return {"fromCluster": {**d, "costPerHourBefore": _price(d["costPerHourBefore"]),
+                            "costPerHourAfter": _price(d["costPerHourAfter"])}}
 
 
 def _comparison(sim: Simulation) -> dict:
@@ -318,6 +330,11 @@ def render_table(sim: Simulation, width: int | None = None) -> str:
         fg = s["featureGates"]
         console.print(f"Cost with upstream's decisions (karpy gates {', '.join(fg['karpy'])} off): "
                       f"${fg['costPerHourUpstream']}/hour; karpy's gates save ${fg['savingPerHour']}/hour")
+    if "fromCluster" in s:
+        fc = s["fromCluster"]
+        console.print(f"Against the cluster now: {len(fc['nodeClaimsAdded'])} NodeClaim(s) added, "
+                      f"{len(fc['nodeClaimsRemoved'])} removed; ${fc['costPerHourBefore']}/hour → "
+                      f"${fc['costPerHourAfter']}/hour")
     console.print(f"Pods: {s['pods']['total']} total, {s['pods']['bound']} bound, {s['pods']['pending']} pending"
                   + (f" ({workload} workload: {workload_bound} bound; {daemon} DaemonSet: {daemon_bound} bound; "
                      "the PODS column counts workload pods)" if daemon else ""))

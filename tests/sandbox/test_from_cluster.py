@@ -107,3 +107,52 @@ def test_the_workshop_moved_to_amd64_ends_on_amd64_with_the_arm64_nodeclaims_rem
     # it started at the cluster's present (the sandbox runs on this machine's clock), not at karpy's
     # default start of 2026-01-01, so the copied conditions are in the past and the nodes consolidate
     assert status["start"] > "2026-01-02T00:00:00Z"
+
+
+def test_pods_stay_where_they_are_and_a_cordoned_node_under_a_pdb_is_not_disrupted(tmp_path_factory):
+    """An honest what-if: the simulation starts from the cluster's actual placements. One workshop node
+    is cordoned and a PodDisruptionBudget allows no eviction of the workshop's pods: nothing is
+    launched, nothing removed, every pod where the cluster has it, and the cost unchanged."""
+    box = RunningSandbox(tmp_path_factory.mktemp("cordoned"), [str(EXAMPLE), "--speed", "100"])
+    try:
+        wait_for(lambda: len(_ready_claims(box)) == 2, 60, 0.2, "two ready NodeClaims")
+        wait_for(lambda: len(_bound(box)) >= 4, 60, 0.2, "the workshop's pods bound")
+        kubernetes = pytest.importorskip("kubernetes")
+        api = box.client()
+        core = kubernetes.client.CoreV1Api(api)
+        policy = kubernetes.client.PolicyV1Api(api)
+        small = min(_ready_claims(box), key=lambda c: int(c["status"]["capacity"]["cpu"]))["status"]["nodeName"]
+        core.patch_node(small, {"spec": {"unschedulable": True}})
+        policy.create_namespaced_pod_disruption_budget("default", {
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "inflate"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "inflate"}}}})
+        live = {c["metadata"]["name"] for c in _ready_claims(box)}
+        placed = _bound(box)
+        assert small in placed.values()
+        p = _simulate(box, "-o", "json")
+        assert p.returncode == 0, p.stderr
+        items = json.loads(p.stdout)["items"]
+        status = items[-1]["status"]
+        sim_placed = {f"{i['metadata'].get('namespace', 'default')}/{i['metadata']['name']}": i["spec"].get("nodeName")
+                      for i in items if i["kind"] == "Pod"}
+        for pod, node in placed.items():
+            assert sim_placed.get(pod) == node, pod
+        assert {c["name"] for c in status["nodeClaims"]} == live
+        assert not [d for d in status["disruptions"] if d["outcome"] == "succeeded"]
+        fc = status["fromCluster"]
+        assert fc["nodeClaimsAdded"] == [] and fc["nodeClaimsRemoved"] == []
+        assert fc["costPerHourBefore"] == fc["costPerHourAfter"] == status["costPerHour"]
+        (node,) = [i for i in items if i["kind"] == "Node" and i["metadata"]["name"] == small]
+        assert node["spec"].get("unschedulable") is True
+    finally:
+        assert box.stop() == 0, box.log("stderr")
+
+
+def _bound(box: RunningSandbox) -> dict[str, str]:
+    """Workload pods (not DaemonSet pods) and the node each is bound to."""
+    out = {}
+    for p in box.get_json("/api/v1/pods")["items"]:
+        owners = p["metadata"].get("ownerReferences") or ()
+        if p["spec"].get("nodeName") and not any(o.get("kind") == "DaemonSet" for o in owners):
+            out[f"{p['metadata'].get('namespace', 'default')}/{p['metadata']['name']}"] = p["spec"]["nodeName"]
+    return out
