@@ -142,8 +142,6 @@ def apply_autoscalers(documents: list, autoscalers: list, errors: list[FieldErro
             continue
         by_target[h.target] = h
         hpas[(d.namespace, d.name)] = h
-    if not by_target:
-        return
     present: dict[tuple, int] = {}  # target -> its replicas, for the targets that exist
     for d in documents:
         key = _workload_key(d.obj)
