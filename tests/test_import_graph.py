@@ -59,3 +59,18 @@ def test_no_import_cycles():
             visit(m)
     assert cycles == [], "\n".join(" -> ".join(c) for c in cycles)
     assert len(graph) > 50  # the walk found karpy's modules
+
+
+# karpy.viewer reads the cluster through karpy's Kubernetes client and reads simulate results as JSON: of the
+# engine it may use only pure helpers (quantities, the pod request formula, the budget arithmetic, the catalogs)
+VIEWER_MAY_IMPORT = ("karpy.viewer", "karpy.kube", "karpy.resources", "karpy.errors", "karpy.timeutil",
+                     "karpy.scheduling.pods", "karpy.disruption.budgets", "karpy.cloudprovider.catalog")
+
+
+def test_viewer_uses_only_the_client_and_pure_helpers():
+    mods = _modules()
+    bad = sorted(f"{m} -> {n}" for m, p in mods.items() if m.startswith("karpy.viewer")
+                 for n in _imports(m, p, mods)
+                 if not any(n == a or n.startswith(a + ".") for a in VIEWER_MAY_IMPORT))
+    assert bad == []
+    assert any(m.startswith("karpy.viewer.") for m in mods)

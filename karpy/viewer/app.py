@@ -18,7 +18,7 @@ from textual.widgets import Static
 from .model import Frame, build
 from .options import Options
 from .prices import PriceBook
-from .render import View, screen
+from .render import View, replay_line, screen
 
 COST_SAMPLES = 240
 
@@ -112,9 +112,7 @@ class ReplayApp(ViewerApp):
         super().__init__(self._frame, opts, view, tick)
 
     def _frame(self) -> Frame:
-        from .cli import _replay_line
-
-        self.view.replay = _replay_line(self.replay, self.t, self.playing, self.speed)
+        self.view.replay = replay_line(self.replay, self.t, self.playing, self.speed)
         return build(self.replay.snapshot(self.t, self.opts.node_selector), self.opts.resources, self.prices)
 
     def before_frame(self) -> None:

@@ -47,7 +47,7 @@ def viewer(kubeconfig, context, node_selector, resources, extra_labels, node_sor
     from .model import build
     from .options import OptionError, resolve
     from .prices import PriceBook
-    from .render import View, render_csv, render_json, render_text
+    from .render import View, render_csv, render_json, render_text, replay_line
 
     if output is not None and not once:
         _fail("-o/--output: only with --once")
@@ -89,7 +89,7 @@ def viewer(kubeconfig, context, node_selector, resources, extra_labels, node_sor
             run_replay(rp, opts, prices, t, speed or 30.0)
             return
         frame = build(rp.snapshot(t, opts.node_selector), opts.resources, prices)
-        view = View(title=f"karpy viewer — replay {replay}", replay=_replay_line(rp, t))
+        view = View(title=f"karpy viewer — replay {replay}", replay=replay_line(rp, t))
     else:
         from .live import LiveSource, SourceError
 
@@ -147,19 +147,3 @@ def _instant(value: str, start: float, end: float) -> float:
 
         _fail(f"--at: {value!r} is outside the simulated time {fmt_time(start)} to {fmt_time(end)}")
     return t
-
-
-def _replay_line(rp, t: float, playing: bool | None = None, speed: float | None = None) -> str:
-    from ..kube.times import fmt_time
-    from .model import human_duration
-
-    span = max(rp.end - rp.start, 1e-9)
-    width = 40
-    pos = int((t - rp.start) / span * width)
-    marks = {min(width, int((m - rp.start) / span * width)) for m, _ in rp.marks}
-    track = "".join("●" if i == pos else ("◆" if i in marks else "─") for i in range(width + 1))
-    state = "" if playing is None else ("▶ playing" if playing else "⏸ paused")
-    line = f"replay {fmt_time(t)} (+{human_duration(t - rp.start)} of {human_duration(rp.end - rp.start)}) {track}"
-    if state:
-        line += f" {state} ×{speed:g}"
-    return line

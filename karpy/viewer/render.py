@@ -335,3 +335,18 @@ def render_csv(frame: Frame, opts: Options) -> str:
                    + [rows[name].labels.get(k) or computed_label(rows[name], k, frame.time) or ""
                       for k in opts.extra_labels])
     return buf.getvalue()
+
+
+def replay_line(rp, t: float, playing: bool | None = None, speed: float | None = None) -> str:
+    """Where the replay is: the instant, a track with the disruptions marked (◆), playing or paused."""
+
+    span = max(rp.end - rp.start, 1e-9)
+    width = 40
+    pos = int((t - rp.start) / span * width)
+    marks = {min(width, int((m - rp.start) / span * width)) for m, _ in rp.marks}
+    track = "".join("●" if i == pos else ("◆" if i in marks else "─") for i in range(width + 1))
+    state = "" if playing is None else ("▶ playing" if playing else "⏸ paused")
+    line = f"replay {fmt_time(t)} (+{human_duration(t - rp.start)} of {human_duration(rp.end - rp.start)}) {track}"
+    if state:
+        line += f" {state} ×{speed:g}"
+    return line
