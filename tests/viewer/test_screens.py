@@ -56,17 +56,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_pages_through_many_nodes_and_quits():
-    opts = Options()
-    snap = cluster(60)
+def live_app(n_nodes: int) -> ViewerApp:
+    """The interactive screen over a fixed cluster of ``n_nodes`` nodes (no redraw timer within a test)."""
+    opts, snap = Options(), cluster(n_nodes)
+    return ViewerApp(lambda: build(snap, opts.resources, PriceBook()), opts, View(title="t"), tick=10)
 
+
+def test_pages_through_many_nodes_and_quits():
     async def go():
-        app = ViewerApp(lambda: build(snap, opts.resources, PriceBook()), opts, View(title="t"), tick=10)
+        app = live_app(60)
         async with app.run_test(size=(120, 30)) as pilot:
             await pilot.pause()
             first = app.view.page
             pages = app.pages
-            shown = [r.name for r in app.frame.nodes]  # noqa: F841 - the frame is kept for the screen
             await pilot.press("right")
             second = app.view.page
             for _ in range(pages + 3):
@@ -87,11 +89,8 @@ def test_pages_through_many_nodes_and_quits():
 
 
 def test_the_screen_shows_rows_of_the_current_page_only():
-    opts = Options()
-    snap = cluster(60)
-
     async def go():
-        app = ViewerApp(lambda: build(snap, opts.resources, PriceBook()), opts, View(title="t"), tick=10)
+        app = live_app(60)
         async with app.run_test(size=(150, 30)) as pilot:
             await pilot.pause()
             page1 = app.export_screenshot()
@@ -150,10 +149,8 @@ def test_replay_keys_jump_to_a_disruption_step_and_play(tmp_path):
 
 @pytest.mark.parametrize("key", ["q", "escape", "ctrl+c"])
 def test_quit_keys(key):
-    opts = Options()
-
     async def go():
-        app = ViewerApp(lambda: build(cluster(), opts.resources, PriceBook()), opts, View(), tick=10)
+        app = live_app(3)
         async with app.run_test(size=(100, 20)) as pilot:
             await pilot.press(key)
             await pilot.pause()
