@@ -834,6 +834,8 @@ class RestAPI:
         if errors:
             raise _invalid(s.kind, s.group, _meta(obj).get("name") or "", [(e.field, e.message) for e in errors])
         out = doc.obj if doc is not None else obj
+        if s.kind in _POD_FIELDS:
+            self._check_pods(s.kind, out, _pods_of(out))
         m = _meta(out)
         if rv is not None and m.get("resourceVersion") != rv:
             out = dict(out)
@@ -858,6 +860,29 @@ class RestAPI:
             raise _invalid(s.kind, s.group, r_name(pruned), [(where, f"Too long: may not be more than {MAX_DATA_BYTES} "
                                                                      "bytes")])
         return pruned
+
+    def _check_pods(self, kind: str, obj: dict, wanted: int) -> None:
+        """The sandbox holds as many pods as one simulation (``karpy simulate``'s limit): a write of a workload
+        that would ask for more, counted over every workload and bare pod, is a 422 naming the field."""
+        from ..simulator.inputs import MAX_PODS
+
+        m = _meta(obj)
+        me = (kind, m.get("namespace") or "", m.get("name"))
+        total = wanted
+        for k in _POD_FIELDS:
+            for o in self.api.all(k):
+                om = _meta(o)
+                if (k, om.get("namespace") or "", om.get("name")) == me:
+                    continue
+                if k == "ReplicaSet" and any(ref.get("kind") == "Deployment" for ref in om.get("ownerReferences") or ()):
+                    continue  # counted with its Deployment
+                total += _pods_of(o)
+        if total <= MAX_PODS:
+            return
+        total += sum(1 for p in self.api.all("Pod") if not _meta(p).get("ownerReferences"))
+        raise _invalid(kind, _group_of(kind), str(m.get("name") or ""), [(
+            _POD_FIELDS[kind], f"Invalid value: {wanted}: the sandbox would hold {total} pods; it holds at most "
+                               f"{MAX_PODS}, as one karpy simulation does")])
 
     # --- update and patch ---------------------------------------------------------------------------
     def _update(self, r: Route, query: dict, headers: Any, body: bytes) -> Response:
@@ -1217,9 +1242,13 @@ class RestAPI:
         if rv and rv != _meta(cur).get("resourceVersion"):
             raise _conflict(s, r.name)
         replicas = (new.get("spec") or {}).get("replicas", 0)  # ScaleSpec.replicas is no pointer: absent is 0
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and not INT32_MIN <= replicas <= INT32_MAX:
+            raise E.BadRequest(f'Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal number '
+                               f"{replicas} into Go struct field ScaleSpec.spec.replicas of type int32")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise _invalid("Scale", "autoscaling", r.name, [("spec.replicas", f"Invalid value: {json.dumps(replicas)}: "
                                                                                "must be greater than or equal to 0")])
+        self._check_pods(s.kind, cur, replicas)
         out = dict(cur)
         out["spec"] = {**(cur.get("spec") or {}), "replicas": replicas}
         out = self._track(s, cur, out, _manager(query, headers), "scale")
@@ -1610,6 +1639,23 @@ _NAME_CHECKS: dict[str, Callable[[str], list[str]]] = {
     "Role": _path_segment_errors, "RoleBinding": _path_segment_errors, "ClusterRole": _path_segment_errors,
     "ClusterRoleBinding": _path_segment_errors,
 }
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# the workloads whose pods the sandbox counts, and the field that says how many
+_POD_FIELDS = {"Deployment": "spec.replicas", "ReplicaSet": "spec.replicas", "StatefulSet": "spec.replicas",
+               "Job": "spec.parallelism"}
+
+
+def _pods_of(obj: dict) -> int:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    n = spec.get("parallelism" if obj.get("kind") == "Job" else "replicas", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else (0 if n is not None else 1)
+
+
+def _group_of(kind: str) -> str:
+    t = BY_KIND.get(kind)
+    return t.group if t is not None else ""
 
 
 MAX_DATA_BYTES = 1024 * 1024  # a ConfigMap's or a Secret's data in all (kube-apiserver's MaxSecretSize)

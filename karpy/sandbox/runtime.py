@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Iterable, TextIO
 
@@ -43,6 +44,8 @@ SYSTEM_PRIORITY_CLASSES = (
                     "if necessary."},
 )
 MAX_WAIT = 0.5  # wall seconds the loop sleeps at most (it wakes earlier for timers and changes)
+BURST_REPLICAS = 500  # pods a ReplicaSet creates per sync at most (the ReplicaSet controller's burstReplicas)
+RECONCILES_PER_STEP = 1000  # reconciles the world runs before it lets requests have the lock again
 
 
 class Sandbox:
@@ -69,6 +72,7 @@ class Sandbox:
         self.sim.world.workloads.keep_history = True
         self.mgr.realtime = True
         self.mgr.on_error = self._on_error
+        self._burst_replicasets()
         watched = set(self.mgr.watched_kinds())
         self.status = WorkloadStatus(self.mgr, self.api, self.clock)
         self.mgr.add(self.status)
@@ -133,6 +137,25 @@ class Sandbox:
                 obj = allocate_service(default_service(obj), self.service_ips)
             self.sim.apply(obj)
 
+    def _burst_replicasets(self) -> None:
+        """A ReplicaSet short of many pods creates at most :data:`BURST_REPLICAS` of them per sync and syncs
+        again, as the ReplicaSet controller does, so a scale to thousands of pods lets requests in between."""
+        from ..simulator.workloads import desired_replicas
+
+        wl = self.sim.world.workloads
+        whole = wl._replicaset
+
+        def replicaset(rs: dict) -> None:
+            want, have = desired_replicas(rs), len(wl._active(rs))
+            if want - have <= BURST_REPLICAS:
+                whole(rs)
+                return
+            whole({**rs, "spec": {**(rs.get("spec") or {}), "replicas": have + BURST_REPLICAS}})
+            m = rs.get("metadata") or {}
+            self.mgr.enqueue(wl, ("ReplicaSet", m.get("namespace", "default"), m.get("name")))
+
+        wl._replicaset = replicaset
+
     # --- the loop -----------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="karpy-sandbox-world", daemon=True)
@@ -159,7 +182,7 @@ class Sandbox:
 
     def _drain(self) -> None:
         try:
-            self.mgr.drain()
+            self.mgr.drain(RECONCILES_PER_STEP)
         except Exception as e:  # noqa: BLE001 - a failing handler must not stop the world
             self._report("manager", e)
 
@@ -167,8 +190,11 @@ class Sandbox:
         clock = self.clock
         while not self._stop.is_set():
             self.step()
+            if self.mgr.busy():
+                time.sleep(0.001)  # more to do: requests waiting for the lock get it first
+                continue
             with clock.wakeup:
-                if self._stop.is_set() or self.mgr.busy():
+                if self._stop.is_set():
                     continue
                 nt = clock.next_time()
                 wait = MAX_WAIT if nt is None else min(MAX_WAIT, clock.wall_seconds_until(nt))
