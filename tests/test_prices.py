@@ -195,10 +195,8 @@ def test_a_bad_prices_file_exits_2_naming_file_line_and_field(simulate, name, te
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
-def test_a_missing_prices_file_exits_2(tmp_path):
-    manifest = tmp_path / "in.yaml"
-    manifest.write_text(yaml.safe_dump_all([_nodepool(["m5.large"]), NODECLASS, _pod()]))
-    r = CliRunner().invoke(main, ["simulate", str(manifest), "--prices", str(tmp_path / "nope.csv")])
+def test_a_missing_prices_file_exits_2(simulate, tmp_path):
+    r = simulate(None, "unused", None, "--prices", str(tmp_path / "nope.csv"))
     assert r.exit_code == 2 and "nope.csv: cannot read" in r.stderr
 
 

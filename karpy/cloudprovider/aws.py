@@ -65,7 +65,7 @@ import math
 from typing import Any, Mapping
 
 from ..resources import CPU, EPHEMERAL, MEMORY, PODS, parse_quantity, to_units
-from .catalog import CatalogProvider, spec
+from .catalog import CatalogProvider, priced_offering, spec
 from .types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_SPOT,
@@ -73,8 +73,6 @@ from .types import (
     LABEL_INSTANCE_TYPE,
     LABEL_OS,
     LABEL_REGION,
-    PRICE_ESTIMATED,
-    PRICE_FROM_CATALOG,
     InstanceType,
     Offering,
 )
@@ -529,16 +527,7 @@ class AWSProvider(CatalogProvider):
         offerings = []
         for zone in zones:
             for ct, (price, bill, estimated) in self.offering_prices(size, region, prices, family).items():
-                offerings.append(
-                    Offering(
-                        zone=zone,
-                        capacity_type=ct,
-                        price=price,
-                        price_estimated=estimated,
-                        price_source=PRICE_ESTIMATED if estimated else PRICE_FROM_CATALOG,
-                        billed_price=None if bill == price else bill,
-                    )
-                )
+                offerings.append(priced_offering(zone, ct, price, estimated, bill))
         return InstanceType(name=size["name"], labels=labels, capacity=capacity, overhead=overhead, offerings=offerings)
 
 

@@ -47,7 +47,7 @@ import sys
 from typing import Any, Mapping
 
 from ..resources import CPU, EPHEMERAL, MEMORY, PODS
-from .catalog import CatalogProvider, spec, spot_price
+from .catalog import CatalogProvider, priced_offering, spec, spot_price
 from .types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_SPOT,
@@ -55,8 +55,6 @@ from .types import (
     LABEL_INSTANCE_TYPE,
     LABEL_OS,
     LABEL_REGION,
-    PRICE_ESTIMATED,
-    PRICE_FROM_CATALOG,
     InstanceType,
     Offering,
 )
@@ -322,15 +320,7 @@ class AzureProvider(CatalogProvider):
         offerings = []
         for zone in zones:
             offerings.append(Offering(zone=zone, capacity_type=CAPACITY_ON_DEMAND, price=od_price))
-            offerings.append(
-                Offering(
-                    zone=zone,
-                    capacity_type=CAPACITY_SPOT,
-                    price=sp_price,
-                    price_estimated=sp_estimated,
-                    price_source=PRICE_ESTIMATED if sp_estimated else PRICE_FROM_CATALOG,
-                )
-            )
+            offerings.append(priced_offering(zone, CAPACITY_SPOT, sp_price, sp_estimated))
         return InstanceType(
             name=size["name"],
             labels=labels,

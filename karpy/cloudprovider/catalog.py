@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
-from .types import InstanceType, Offering
+from .types import PRICE_ESTIMATED, PRICE_FROM_CATALOG, InstanceType, Offering
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -65,6 +65,20 @@ def spot_price(prices: Mapping[str, Any], ratio: float) -> tuple[float, bool]:
     if known is not None:
         return float(known), False
     return round(float(prices["on_demand"]) * ratio, 6), True
+
+
+def priced_offering(zone: str, capacity_type: str, price: float, estimated: bool = False,
+                    bill: float | None = None) -> Offering:
+    """An offering at ``price`` (what Karpenter ranks by), billed ``bill`` when that differs, its price
+    source ``estimated`` or ``catalog``."""
+    return Offering(
+        zone=zone,
+        capacity_type=capacity_type,
+        price=price,
+        price_estimated=estimated,
+        price_source=PRICE_ESTIMATED if estimated else PRICE_FROM_CATALOG,
+        billed_price=None if bill is None or bill == price else bill,
+    )
 
 
 def spec(nodeclass: Mapping[str, Any] | None) -> Mapping[str, Any]:
