@@ -668,9 +668,9 @@ kind: Namespace
 metadata: {name: ok}
 ---
 apiVersion: v1
-kind: ConfigMap
+kind: LimitRange
 metadata: {name: settings, namespace: default}
-data: {a: b}
+spec: {limits: [{type: Container, defaultRequest: {cpu: 100m}}]}
 """
 
 BAD_YAML = "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n  spec: [\n"
@@ -725,7 +725,8 @@ class TestInvalidInput:
         "text, fragments",
         [
             (BROKEN_NODEPOOL, ("document 1", "NodePool/broken", "spec.template.spec.requirements[0].operator", "Foo")),
-            (UNKNOWN_KIND, ("document 1", "ConfigMap/settings", "kind")),
+            # a kind that changes pods' requests and that karpy does not simulate (a ConfigMap is skipped instead)
+            (UNKNOWN_KIND, ("document 1", "LimitRange/settings", "kind")),
             (BAD_YAML, ("document 0", "line")),
             (BAD_SCENARIO_STEP, ("document 0", "Scenario/timeline", "spec.steps[0].advance", "soon")),
             (BAD_APPLIED_MANIFEST, ("document 0", "Scenario/timeline",
@@ -740,7 +741,7 @@ class TestInvalidInput:
 
     def test_every_problem_is_reported(self, run_raw):
         r, path = run_raw(BROKEN_NODEPOOL + "---\n" + UNKNOWN_KIND)
-        assert_input_error(r, "NodePool/broken", "ConfigMap/settings")
+        assert_input_error(r, "NodePool/broken", "LimitRange/settings")
 
     @pytest.mark.parametrize("until", ["5x", "90", "soon"])
     def test_bad_until(self, until):

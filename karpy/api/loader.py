@@ -3,6 +3,9 @@
 ``load_documents(paths)`` never raises for bad input: every problem becomes a
 :class:`karpy.errors.FieldError` naming the file, the document (index and
 ``kind/name``) and the field, and the documents that are fine are returned.
+
+What it reads, which kinds it skips or refuses, how HorizontalPodAutoscalers act and the
+input limits (bytes, nesting, values per document) are described in docs/inputs.md.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ import yaml
 
 from ..errors import FieldError, InputError
 from . import autoscaling
-from .kinds import BY_KIND, Validated, _prefixed, duplicate_object_message, is_namespaced, validate_manifest
+from .kinds import (
+    BY_KIND,
+    Validated,
+    _prefixed,
+    duplicate_object_message,
+    generated_suffix,
+    is_namespaced,
+    validate_manifest,
+)
 from .schema import fmt_value, not_supported
 from .unmodelled import REFUSE, SKIP, classify, group_of, skipped_summary
 
@@ -395,6 +406,8 @@ TOO_LARGE = (f"the input is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB; 
 
 def _read_stdin(budget: _Budget) -> bytes | str:
     """Standard input as bytes (decoded like a file's), or as text where there is no byte stream."""
+    if sys.stdin is None:
+        raise OSError("standard input is closed")
     return budget.read(getattr(sys.stdin, "buffer", None) or sys.stdin)
 
 
@@ -603,6 +616,8 @@ def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, pref
             result.errors.append(FieldError(file, index, kind, name, field_,
                                             not_supported(api_version, autoscaling.API_VERSIONS) + f" (for kind {kind})"))
             return
+        if isinstance(meta, dict) and not meta.get("name") and isinstance(meta.get("generateName"), str):
+            meta["name"] = name = meta["generateName"] + generated_suffix(f"{seed}|{prefix}|{kind}|{meta['generateName']}")
         try:
             problems = autoscaling.validate(data)
         except RecursionError:
@@ -610,8 +625,8 @@ def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, pref
         if problems:
             result.errors.extend(FieldError(file, index, kind, name, _prefixed(prefix, f), m) for f, m in problems)
             return
-        result.autoscalers.append(Document(file, index, kind, api_version, name or "", data["metadata"]["namespace"],
-                                           data, prefix))
+        namespace = data["metadata"].get("namespace") or "default"
+        result.autoscalers.append(Document(file, index, kind, api_version, name or "", namespace, data, prefix))
         return
     what, why = classify(api_version, kind, data)
     if what == SKIP:
