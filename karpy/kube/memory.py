@@ -77,9 +77,14 @@ def _matches(obj: dict, ns: str | None, label_pred, field_pred) -> bool:
 
 
 class MemoryWatch:
-    """One watch: a queue the store appends to, filtered by namespace and selectors."""
+    """One watch: a queue the store appends to, filtered by namespace and selectors.
 
-    def __init__(self, store: "MemoryAPI", kind: str, ns: str | None, label_pred, field_pred):
+    A watch given ``max_events`` or ``max_bytes`` is bounded: when its reader falls that far behind, the watch
+    is closed (its queue dropped, :attr:`overflowed` set), as kube-apiserver closes a watcher that does not keep
+    up; the reader resumes from the last resourceVersion it saw."""
+
+    def __init__(self, store: "MemoryAPI", kind: str, ns: str | None, label_pred, field_pred,
+                 max_events: int | None = None, max_bytes: int | None = None):
         self.store = store
         self.kind = kind
         self.ns = ns or None
@@ -88,8 +93,32 @@ class MemoryWatch:
         self.queue: deque[WatchEvent] = deque()
         self.cond = threading.Condition(store._lock)
         self.stopped = False
+        self.overflowed = False
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self._bytes: deque[int] = deque()  # the size of each queued event (bounded watches)
+        self._queued_bytes = 0
 
-    def _offer(self, etype: str, obj: dict, old: dict | None) -> None:
+    @property
+    def bounded(self) -> bool:
+        return self.max_events is not None or self.max_bytes is not None
+
+    def _offer(self, etype: str, obj: dict, old: dict | None, size: int = 0) -> None:
+        before = len(self.queue)
+        self._enqueue(etype, obj, old)
+        if len(self.queue) == before or not self.bounded:
+            return
+        self._bytes.append(size)
+        self._queued_bytes += size
+        if (self.max_events is not None and len(self.queue) > self.max_events) or \
+                (self.max_bytes is not None and self._queued_bytes > self.max_bytes):
+            self.overflowed = True
+            self.queue.clear()
+            self._bytes.clear()
+            self._queued_bytes = 0
+            self.stop()
+
+    def _enqueue(self, etype: str, obj: dict, old: dict | None) -> None:
         if self.label_pred is None and self.field_pred is None and self.ns is None:
             self.queue.append(WatchEvent(etype, obj))
         else:
@@ -114,6 +143,8 @@ class MemoryWatch:
         with self.store._lock:
             out = list(self.queue)
             self.queue.clear()
+            self._bytes.clear()
+            self._queued_bytes = 0
             return out
 
     def next(self, timeout: float | None = None) -> WatchEvent | None:
@@ -121,6 +152,8 @@ class MemoryWatch:
             if not self.queue and not self.stopped:
                 self.cond.wait(timeout)
             if self.queue:
+                if self._bytes:
+                    self._queued_bytes -= self._bytes.popleft()
                 return self.queue.popleft()
             return None
 
@@ -144,7 +177,7 @@ class MemoryAPI:
         self._rv = 0
         self._uid_seq = 0
         self._watchers: dict[str, list[MemoryWatch]] = {}
-        self._history: dict[str, deque[tuple[int, str, dict, dict | None]]] = {}
+        self._history: dict[str, deque[tuple[int, str, dict, dict | None, int]]] = {}
         self._history_floor: dict[str, int] = {}  # oldest resourceVersion a watch of that kind can resume after
         self.kind_rv: dict[str, int] = {}  # the resourceVersion of each kind's latest change
         self.watch_floor = 0  # no watch resumes from before this resourceVersion (see start_watch_cache)
@@ -154,6 +187,8 @@ class MemoryAPI:
         self.evicted_uids: set[str] = set()  # pods the Eviction API deleted (until someone takes note)
         self.keep_history = history  # off when no client will resume a watch (karpy simulate)
         self.history_limit: int | None = None  # watch events kept per kind (None: the module's HISTORY)
+        self.history_bytes: int | None = None  # and the bytes they may hold in all, per kind (None: no bound)
+        self._history_size: dict[str, int] = {}
         self.pod_admission: Callable[[dict], dict] | None = None  # more admission for new pods (karpy sandbox's)
         self._event_seq = 0
 
@@ -199,7 +234,7 @@ class MemoryAPI:
             if not self.keep_history or resource_version < self._history_floor.get(kind, 0):
                 raise E.Gone(f"too old resource version: {resource_version}")
             objs = dict(self._objects.get(kind, {}))
-            for rv, etype, obj, old in reversed(self._history.get(kind, ())):
+            for rv, etype, obj, old, _ in reversed(self._history.get(kind, ())):
                 if rv <= resource_version:
                     break
                 m = _meta(obj)
@@ -218,11 +253,12 @@ class MemoryAPI:
         return len(self._objects.get(kind, {}))
 
     def watch(self, kind: str, resource_version: str | None = None, namespace: str | None = None,
-              label_selector: str | None = None, field_selector: str | None = None) -> MemoryWatch:
+              label_selector: str | None = None, field_selector: str | None = None,
+              max_events: int | None = None, max_bytes: int | None = None) -> MemoryWatch:
         lp = parse_label_selector(label_selector) if label_selector else None
         fp = parse_field_selector(field_selector) if field_selector else None
         with self._lock:
-            w = MemoryWatch(self, kind, namespace, lp, fp)
+            w = MemoryWatch(self, kind, namespace, lp, fp, max_events, max_bytes)
             if resource_version not in (None, "", "0"):
                 try:
                     since = int(resource_version)
@@ -231,12 +267,12 @@ class MemoryAPI:
                 floor = max(self._history_floor.get(kind, 0), self.watch_floor)
                 if since < floor:
                     raise E.Gone(f"too old resource version: {since} ({floor})")
-                for rv, etype, obj, old in self._history.get(kind, ()):
+                for rv, etype, obj, old, size in self._history.get(kind, ()):
                     if rv > since:
-                        w._offer(etype, obj, old)
+                        w._offer(etype, obj, old, size)
             elif resource_version == "0":
                 for obj in self._objects.get(kind, {}).values():
-                    w._offer(ADDED, obj, None)
+                    w._offer(ADDED, obj, None, object_size(obj) if w.bounded else 0)
             self._watchers.setdefault(kind, []).append(w)
             return w
 
@@ -255,20 +291,25 @@ class MemoryAPI:
 
     def _emit(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
         self.kind_rv[kind] = self._rv
+        watchers = self._watchers.get(kind)
+        sized = self.history_bytes is not None or any(w.bounded for w in watchers or ())
+        size = object_size(obj) if sized else 0
         if self.keep_history:
             rv = int(_meta(obj).get("resourceVersion") or self._rv)
             hist = self._history.get(kind)
             if hist is None:
                 hist = self._history[kind] = deque()
-            hist.append((rv, etype, obj, old))
+            hist.append((rv, etype, obj, old, size))
+            held = self._history_size[kind] = self._history_size.get(kind, 0) + size
             limit = HISTORY if self.history_limit is None else self.history_limit
-            while len(hist) > limit:
+            while len(hist) > limit or (self.history_bytes is not None and held > self.history_bytes and len(hist) > 1):
                 dropped = hist.popleft()
+                held -= dropped[4]
                 self._history_floor[kind] = dropped[0]
-        watchers = self._watchers.get(kind)
+            self._history_size[kind] = held
         if watchers:
-            for w in watchers:
-                w._offer(etype, obj, old)
+            for w in tuple(watchers):  # a watch that overflows leaves the list
+                w._offer(etype, obj, old, size)
         for hook in self.write_hooks:
             hook(etype, obj, old)
 
@@ -720,6 +761,16 @@ class MemoryAPI:
             new = dict(obj)
             new["spec"] = {**(obj.get("spec") or {}), field: int(replicas)}
             return self._replace(kind, obj, new, None)
+
+
+def object_size(obj: dict) -> int:
+    """About the bytes an object takes written out (its JSON)."""
+    import orjson
+
+    try:
+        return len(orjson.dumps(obj))
+    except (TypeError, orjson.JSONEncodeError):
+        return 1024
 
 
 def _same(new: dict, old: dict) -> bool:

@@ -85,6 +85,10 @@ from .crds import printer_columns
 
 DEFAULT_WATCH_TIMEOUT = 1800.0  # kube-apiserver's --min-request-timeout
 BOOKMARK_EVERY = 60.0  # wall seconds between bookmarks on a watch that asked for them (and one 2 s before its end)
+# a watch whose client falls this far behind is closed, as kube-apiserver closes a watcher that does not keep up
+# (the client resumes from the last resourceVersion it saw)
+WATCH_BUFFER_EVENTS = 5000
+WATCH_BUFFER_BYTES = 16 * 1024 * 1024
 TOO_LARGE_RV_WAIT = 3.0  # wall seconds a read waits for a resourceVersion the store has not reached
 _CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new list "
@@ -582,7 +586,8 @@ class RestAPI:
                                       "message": _bad_rv_message(rv), "code": 500})
         with self.lock:
             try:
-                w = self.api.watch(s.kind, rv if rv not in ("",) else "0", ns or None, ls, fs)
+                w = self.api.watch(s.kind, rv if rv not in ("",) else "0", ns or None, ls, fs,
+                                   max_events=WATCH_BUFFER_EVENTS, max_bytes=WATCH_BUFFER_BYTES)
             except E.Gone as e:
                 status = e.status()
                 return Response(200, stream=iter([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"]),

@@ -44,6 +44,7 @@ SYSTEM_PRIORITY_CLASSES = (
                     "if necessary."},
 )
 MAX_WAIT = 0.5  # wall seconds the loop sleeps at most (it wakes earlier for timers and changes)
+HISTORY_BYTES = 64 * 1024 * 1024  # the watch history of one kind holds at most this much (and its count)
 BURST_REPLICAS = 500  # pods a ReplicaSet creates per sync at most (the ReplicaSet controller's burstReplicas)
 RECONCILES_PER_STEP = 1000  # reconciles the world runs before it lets requests have the lock again
 
@@ -68,6 +69,7 @@ class Sandbox:
         self.service_ips = ServiceIPs()
         if watch_history is not None:
             self.api.history_limit = int(watch_history)
+        self.api.history_bytes = HISTORY_BYTES
         self.mgr = self.sim.mgr
         self.sim.world.workloads.keep_history = True
         self.mgr.realtime = True
