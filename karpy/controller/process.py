@@ -101,6 +101,10 @@ class ControllerProcess:
                       addr=f"{s.bind_address}:{self.metrics_server.port}", port=self.metrics_server.port)
         self.log.info("starting server", controller="controller-runtime.health", kind="health probe",
                       addr=f"{s.bind_address}:{self.health.port}", port=self.health.port)
+        from .transport import credential_warnings
+
+        for message, values in credential_warnings(getattr(self.api, "config", None)):
+            self.log.warn(message, controller="kube-client", **values)
         self.log.info("starting manager", controller="operator", identity=self.identity,
                       **{"cloud-provider": s.cloud_provider, "leader-elect": s.leader_elect, "namespace": s.namespace})
         self.mgr.start()
