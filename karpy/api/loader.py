@@ -611,22 +611,7 @@ def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, pref
     meta = data.get("metadata")
     namespace = meta.get("namespace") if isinstance(meta, dict) and isinstance(meta.get("namespace"), str) else None
     if kind == autoscaling.KIND and group_of(api_version) == "autoscaling":
-        field_ = _prefixed(prefix, "apiVersion")
-        if api_version not in autoscaling.API_VERSIONS:
-            result.errors.append(FieldError(file, index, kind, name, field_,
-                                            not_supported(api_version, autoscaling.API_VERSIONS) + f" (for kind {kind})"))
-            return
-        if isinstance(meta, dict) and not meta.get("name") and isinstance(meta.get("generateName"), str):
-            meta["name"] = name = meta["generateName"] + generated_suffix(f"{seed}|{prefix}|{kind}|{meta['generateName']}")
-        try:
-            problems = autoscaling.validate(data)
-        except RecursionError:
-            problems = [("", "the document is nested too deeply")]
-        if problems:
-            result.errors.extend(FieldError(file, index, kind, name, _prefixed(prefix, f), m) for f, m in problems)
-            return
-        namespace = data["metadata"].get("namespace") or "default"
-        result.autoscalers.append(Document(file, index, kind, api_version, name or "", namespace, data, prefix))
+        _load_autoscaler(file, index, data, result, prefix=prefix, seed=seed)
         return
     what, why = classify(api_version, kind, data)
     if what == SKIP:
@@ -638,6 +623,30 @@ def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, pref
     else:
         msg = f"Unsupported value: {value}: {api_version} has no such kind (Kubernetes' {api_version} kinds: {why})"
     result.errors.append(FieldError(file, index, kind, name, _prefixed(prefix, "kind"), msg))
+
+
+def _load_autoscaler(file: str, index: int, data: dict, result: LoadResult, *, prefix: str, seed: str) -> None:
+    """A HorizontalPodAutoscaler: validated, then kept in ``result.autoscalers`` (applied by ``_finish``)."""
+    kind, name = _kind_name(data)
+    api_version = data["apiVersion"]
+    if api_version not in autoscaling.API_VERSIONS:
+        result.errors.append(FieldError(file, index, kind, name, _prefixed(prefix, "apiVersion"),
+                                        not_supported(api_version, autoscaling.API_VERSIONS) + f" (for kind {kind})"))
+        return
+    meta = data.get("metadata")
+    if isinstance(meta, dict) and not meta.get("name") and isinstance(meta.get("generateName"), str):
+        meta["name"] = name = meta["generateName"] + generated_suffix(f"{seed}|{prefix}|{kind}|{meta['generateName']}")
+    try:
+        problems = autoscaling.validate(data)
+    except RecursionError:
+        problems = [("", "the document is nested too deeply")]
+    except Exception as e:  # noqa: BLE001 - a validator bug must not become a traceback
+        problems = [("", f"internal error while validating this document: {type(e).__name__}: {e}")]
+    if problems:
+        result.errors.extend(FieldError(file, index, kind, name, _prefixed(prefix, f), m) for f, m in problems)
+        return
+    namespace = data["metadata"].get("namespace") or "default"
+    result.autoscalers.append(Document(file, index, kind, api_version, name or "", namespace, data, prefix))
 
 
 def _validate_into(file: str, index: int, data: Any, result: LoadResult, *, prefix: str, seed: str,
