@@ -1343,7 +1343,7 @@ def test_unknown_kind_of_a_kubernetes_group_names_the_kinds_of_that_group():
     assert r.errors == [] and [d.kind for d in r.skipped] == ["Widget"]
     (err,) = errors_of("apiVersion: apps/v1\nkind: Deploymnet\nmetadata: {name: w}\n", "w.yaml")
     assert err.startswith('w.yaml: document 0 (Deploymnet/w): kind: Unsupported value: "apps/v1 Deploymnet": '
-                          "apps/v1 has no such kind")
+                          "unknown kind: apps/v1 has no such kind (its kinds: ")
     assert "Deployment" in err and "NodePool" not in err
     errs = errors_of("apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: old}\n")
     assert 'apiVersion: Unsupported value: "karpenter.sh/v1beta1": supported values: "karpenter.sh/v1"' in errs[0]

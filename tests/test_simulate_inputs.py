@@ -127,8 +127,8 @@ def test_kinds_that_affect_provisioning_and_are_not_simulated_are_named_one_line
         "creates pods from its pod template, which karpy does not simulate",
         'error: <stdin>: document 5 (NodeOverlay/o): kind: Unsupported value: "karpenter.sh/v1alpha1 NodeOverlay": '
         "it configures Karpenter in a way karpy does not simulate",
-        'error: <stdin>: document 6 (Deploymnet/web): kind: Unsupported value: "apps/v1 Deploymnet": apps/v1 has no '
-        "such kind (Kubernetes' apps/v1 kinds: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet)",
+        'error: <stdin>: document 6 (Deploymnet/web): kind: Unsupported value: "apps/v1 Deploymnet": unknown kind: '
+        "apps/v1 has no such kind (its kinds: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet)",
     ]
 
 
@@ -260,3 +260,21 @@ def test_the_docs_describe_what_karpy_reads():
     for needed in ("-k DIR", "kubectl kustomize", "HorizontalPodAutoscaler", "skipped", "64 MiB", "256", "500,000"):
         assert needed in text, needed
     assert os.path.basename(WEBAPP) in text
+
+
+def test_a_scenario_apply_step_skips_and_refuses_kinds_as_the_top_level_does():
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}
+    r = simulate("-", "-o", "json", input=Path(CLUSTER).read_text() + "\n---\n" + dump(
+        scenario({"apply": [service, deployment("web", 2)]}, {"apply": [dict(service, metadata={"name": "b"})]},
+                 {"advance": "2m"})))
+    pods, status = result(r)
+    assert status["pods"]["bound"] == 2
+    assert r.stderr == "note: skipped 2 documents of 1 kind that do not affect node provisioning: Service\n"
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"}}
+    errors = [str(e) for e in load_text(dump(scenario({"apply": [cron, hpa("web", "web")]})), "s.yaml").errors]
+    assert errors == [
+        's.yaml: document 0 (Scenario/s): spec.steps[0].apply[0].kind: Unsupported value: "batch/v1 CronJob": it '
+        "creates Jobs on a schedule, which karpy does not simulate; simulate one run of it as a Job",
+        "s.yaml: document 0 (Scenario/s): spec.steps[0].apply[1].kind: Forbidden: a HorizontalPodAutoscaler is given "
+        "beside the other manifests; a Scenario step scales it (docs/inputs.md)",
+    ]

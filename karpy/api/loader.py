@@ -33,8 +33,8 @@ from .kinds import (
     is_namespaced,
     validate_manifest,
 )
-from .schema import fmt_value, not_supported
-from .unmodelled import REFUSE, SKIP, classify, group_of, skipped_summary
+from .schema import not_supported
+from .unmodelled import SKIP, group_of, not_modelled, skipped_summary
 
 STDIN_NAME = "<stdin>"
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -613,16 +613,11 @@ def _load_manifest(file: str, index: int, data: Any, result: LoadResult, *, pref
     if kind == autoscaling.KIND and group_of(api_version) == "autoscaling":
         _load_autoscaler(file, index, data, result, prefix=prefix, seed=seed)
         return
-    what, why = classify(api_version, kind, data)
+    what, message = not_modelled(api_version, kind, data, BY_KIND) or (SKIP, "")
     if what == SKIP:
         result.skipped.append(Document(file, index, kind, api_version, name or "", namespace, data, prefix))
         return
-    value = fmt_value(f"{api_version} {kind}")
-    if what == REFUSE:
-        msg = f"Unsupported value: {value}: {why}"
-    else:
-        msg = f"Unsupported value: {value}: {api_version} has no such kind (Kubernetes' {api_version} kinds: {why})"
-    result.errors.append(FieldError(file, index, kind, name, _prefixed(prefix, "kind"), msg))
+    result.errors.append(FieldError(file, index, kind, name, _prefixed(prefix, "kind"), message))
 
 
 def _load_autoscaler(file: str, index: int, data: dict, result: LoadResult, *, prefix: str, seed: str) -> None:
@@ -791,7 +786,27 @@ def _finish(result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
             result.autoscalers.remove(d)
             result.errors.append(FieldError(d.file, d.index, d.kind, d.name, _prefixed(d.prefix, "metadata.name"),
                                             duplicate_object_message(d.kind, d.namespace, d.name, _where(seen))))
+    _skip_in_apply_steps(result)
     autoscaling.apply_autoscalers(result.documents, result.autoscalers, result.errors, result.notes)
+
+
+def _skip_in_apply_steps(result: LoadResult) -> None:
+    """Take the manifests that do not affect node provisioning out of the Scenario's ``apply`` steps (the
+    Scenario's validation refused the kinds that do), counting them with the other skipped documents."""
+    sc = result.scenario
+    for i, step in enumerate(((sc.obj.get("spec") or {}).get("steps") or ()) if sc is not None else ()):
+        items = step.get("apply") if isinstance(step, dict) else None
+        if not isinstance(items, list):
+            continue
+        keep = []
+        for j, item in enumerate(items):
+            if isinstance(item, dict) and not_modelled(item.get("apiVersion"), item.get("kind"), item, BY_KIND):
+                kind, name = _kind_name(item)
+                result.skipped.append(Document(sc.file, sc.index, kind or "", item["apiVersion"], name or "", None,
+                                               item, f"spec.steps[{i}].apply[{j}]"))
+            else:
+                keep.append(item)
+        step["apply"] = keep  # an apply step left empty applies nothing
 
 
 def _load_text_into(text: str, file: str, result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:

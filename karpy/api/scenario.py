@@ -63,6 +63,7 @@ from .schema import (
     required,
     string,
 )
+from .unmodelled import SKIP, not_modelled
 
 # The table of kinds (karpy.api.kinds) registers the Scenario kind and hands itself over here, so that a
 # Scenario's steps can validate the objects they apply without this module importing it back.
@@ -208,6 +209,17 @@ def _check_apply(items: list, path: str, ctx: Ctx) -> None:
     seen: dict[tuple[str, str | None, str], str] = {}
     for i, item in enumerate(items):
         p = index(path, i)
+        if isinstance(item, dict):
+            kind = item.get("kind")
+            if kind == autoscaling.KIND:
+                ctx.err(child(p, "kind"), forbidden("a HorizontalPodAutoscaler is given beside the other manifests; "
+                                                    "a Scenario step scales it (docs/inputs.md)"))
+                continue
+            outcome = not_modelled(item.get("apiVersion"), kind, item, BY_KIND)
+            if outcome is not None:  # skipped (the loader drops it from the step), or an error naming it
+                if outcome[0] != SKIP:
+                    ctx.err(child(p, "kind"), outcome[1])
+                continue
         result = validate_manifest(item, prefix=p, seed=f"{path}[{i}]", nested=True)
         ctx.errors.extend(result.errors)
         kind, name = result.kind, result.name

@@ -13,7 +13,9 @@ have in a built-in group (a typo, most likely).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Container
+
+from .schema import fmt_value
 
 SKIP = "skip"
 REFUSE = "refuse"
@@ -113,6 +115,8 @@ def classify(api_version: str, kind: str, obj: Any) -> tuple[str, str]:
         return REFUSE, "it configures Karpenter in a way karpy does not simulate"
     if group == KUSTOMIZE_GROUP:
         return REFUSE, "a kustomization is not a manifest; render it with -k DIR (as kubectl apply -k does)"
+    if "/" not in api_version and api_version != "v1":
+        return UNKNOWN, ""  # the core group has one version, v1
     known = BUILTIN.get(group)
     if known is not None:
         if kind in known:
@@ -121,6 +125,25 @@ def classify(api_version: str, kind: str, obj: Any) -> tuple[str, str]:
     if _has_pod_template(obj):
         return REFUSE, "it creates pods from its pod template, which karpy does not simulate"
     return SKIP, ""
+
+
+def not_modelled(api_version: Any, kind: Any, obj: Any, modelled: Container[str]) -> tuple[str, str] | None:
+    """For a manifest of a kind not in ``modelled``: ``(SKIP, "")``, or ``(REFUSE, message)`` with the message
+    for its ``kind`` field. None for a kind in ``modelled``, or a manifest without a kind or apiVersion
+    (validated as usual)."""
+    if not isinstance(kind, str) or not kind or not isinstance(api_version, str) or not api_version:
+        return None
+    if kind in modelled:
+        return None
+    what, why = classify(api_version, kind, obj)
+    if what == SKIP:
+        return SKIP, ""
+    value = fmt_value(f"{api_version} {kind}")
+    if what == REFUSE:
+        return REFUSE, f"Unsupported value: {value}: {why}"
+    if not why:
+        return REFUSE, f"Unsupported value: {value}: unknown kind: Kubernetes' core group has one version, v1"
+    return REFUSE, f"Unsupported value: {value}: unknown kind: {api_version} has no such kind (its kinds: {why})"
 
 
 def skipped_summary(kinds: list[str]) -> str:
