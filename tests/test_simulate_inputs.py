@@ -257,7 +257,7 @@ def test_a_scale_step_on_an_hpa_that_is_not_there_names_the_field():
 
 def test_the_docs_describe_what_karpy_reads():
     text = (Path(__file__).parent.parent / "docs" / "inputs.md").read_text()
-    for needed in ("-k DIR", "kubectl kustomize", "HorizontalPodAutoscaler", "skipped", "64 MiB", "256", "500,000"):
+    for needed in ("-k DIR", "kubectl kustomize", "HorizontalPodAutoscaler", "skipped", "64 MiB", "200", "500,000"):
         assert needed in text, needed
     assert os.path.basename(WEBAPP) in text
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import yaml
 
 from ..errors import FieldError, InputError
+from ..kube.limits import MAX_DEPTH
 from . import autoscaling
 from .kinds import (
     BY_KIND,
@@ -44,9 +45,9 @@ MAX_VALUES_PER_DOCUMENT = 2_000_000
 # The most bytes of manifests one run reads, over every file, standard input and rendered kustomization:
 # 16 MiB of YAML take about 1.4 GiB and half a minute to load, so past 64 MiB a run would not fit a laptop.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
-# How deep a document may nest. The YAML library composes a document recursively on the C stack and
-# crashes the process past about 20,000 levels; Kubernetes objects nest about 20, the deepest CRDs about 100.
-MAX_DEPTH = 256
+# How deep a document may nest (MAX_DEPTH, 200 levels: karpy sandbox's bound too, below what karpy's JSON
+# encoder writes). The YAML library composes a document recursively on the C stack and crashes the process
+# past about 20,000 levels; Kubernetes objects nest about 20, the deepest CRDs about 100.
 
 
 @dataclass
