@@ -50,6 +50,7 @@ HEALTH = ("/healthz", "/livez", "/readyz")
 HANDSHAKE_TIMEOUT = 10.0  # seconds a client has to complete the TLS handshake
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's MaxRequestBodyBytes
 _READ_CHUNK = 64 * 1024
+LINGER_SECONDS, LINGER_BYTES = 1.0, 256 * 1024
 
 
 @dataclass
@@ -148,7 +149,9 @@ class _Server(ThreadingHTTPServer):
                 except (OSError, ValueError):  # a deadline, a client that does not trust the CA, plain HTTP
                     return
             conn.expect(None)
-            self.RequestHandlerClass(conn.sock, client_address, self, conn)
+            handler = self.RequestHandlerClass(conn.sock, client_address, self, conn)
+            if handler.unread_body:
+                _linger(conn)
         except (OSError, ValueError):
             pass  # the client went away, or the watchdog shut the connection down
         except Exception:  # noqa: BLE001 - a bug of ours must not pass silently, nor kill the server
@@ -191,6 +194,24 @@ class _Server(ThreadingHTTPServer):
             conns = list(self._conns)
         for c in conns:
             c.kill()
+
+
+def _linger(conn: _Conn) -> None:
+    """After an answer sent without reading the request's body: stop sending, and take (and drop) what the client
+    still sends for a moment, so that its network stack delivers the answer rather than a reset."""
+    try:
+        socket.socket.shutdown(conn.sock, socket.SHUT_WR)
+        conn.expect(LINGER_SECONDS)
+        taken = 0
+        while taken < LINGER_BYTES:
+            chunk = socket.socket.recv(conn.sock, 65536)
+            if not chunk:
+                break
+            taken += len(chunk)
+    except (OSError, ValueError):
+        pass
+    finally:
+        conn.expect(None)
 
 
 def _close(sock: socket.socket) -> None:
@@ -247,6 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
     def __init__(self, request: Any, client_address: Any, server: _Server, conn: _Conn):
         self.conn = conn
         self._served = 0
+        self.unread_body = False  # the connection ends with a body the client sent and nobody read
         super().__init__(request, client_address, server)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -338,19 +360,21 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             # answered from the headers: the body is never read (nor is the connection kept)
             self.close_connection = has_body or self.close_connection
+            self.unread_body = has_body
             self._send(_status(401, "Unauthorized", "Unauthorized"))
             return
         mutating = self.command not in ("GET", "HEAD")
         counted = not self._long_running() and self.path.split("?", 1)[0] not in HEALTH
         if counted and not self.server.admit(mutating):
             self.close_connection = has_body or self.close_connection
+            self.unread_body = has_body
             self._send(_plain(429, "Too many requests, please try again later.", {"Retry-After": "1"}))
             return
         try:
             try:
                 body = self._body()
             except _TooLarge:
-                self.close_connection = True
+                self.close_connection = self.unread_body = True
                 self._send(_status(413, "RequestEntityTooLarge",
                                    f"Request entity too large: limit is {self.server.limits.max_body_bytes}"))
                 return
