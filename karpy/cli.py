@@ -30,6 +30,8 @@ def main() -> None:
 @click.option("--until", "until", default=None,
               help="Simulate to this time after the start (a horizon: expiry, drift and budget windows play out "
                    "even when nothing else happens). Without it: until settled, at most 1h.")
+@click.option("-q", "--quiet", "quiet", is_flag=True,
+              help="No progress line on standard error (shown only when it is a terminal).")
 @click.option("--settle", "settle", is_flag=True,
               help="With --until: stop once the cluster is settled, as without --until.")
 @click.option("--region", "region", default=None, help="Region of the cloud catalog (default: per provider).")
@@ -43,7 +45,7 @@ def main() -> None:
 @click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
               "$KUBECONFIG, then ~/.kube/config).")
 @click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
-def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: bool, region: str | None,
+def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool, settle: bool, region: str | None,
              kustomize: tuple[str, ...], from_cluster: bool, kubeconfig: str | None, context: str | None,
              prices: str | None) -> None:
     """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
@@ -105,8 +107,16 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, settle: boo
             from .simulator.from_cluster import seed
 
             seed(sim, cluster)
-        sim.run()
-        sim.run_baseline()  # with karpy's own gates on: upstream's decisions too, for the cost side by side
+        from .simulator.progress import Progress
+
+        progress = Progress() if Progress.wanted(quiet) else None
+        sim.on_progress = progress
+        try:
+            sim.run()
+            sim.run_baseline()  # with karpy's own gates on: upstream's decisions too, for the cost side by side
+        finally:
+            if progress is not None:
+                progress.close()
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
         if sim.stopped:
             click.echo(f"warning: {sim.stopped}", err=True)

@@ -20,7 +20,7 @@ minutes -- or until ``--until``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .. import resources as res
 from ..cloudprovider.simulated import SimulatedCloud, SimulatedCloudProvider
@@ -136,6 +136,7 @@ class Simulation:
         self.seeded: list[dict] = []  # a live cluster's objects it started from (--from-cluster)
         self.horizon = horizon  # run to ``until`` (through quiet stretches) rather than stop once settled
         self._periodic: frozenset[str] | None = None
+        self.on_progress: Callable[["Simulation"], None] | None = None  # called as simulated time advances
         self.mgr.start()
 
     @property
@@ -314,6 +315,8 @@ class Simulation:
         for t in batch:
             t.fn()
         self.drain()
+        if self.on_progress is not None:
+            self.on_progress(self)
 
     def _over_limit(self) -> bool:
         if self.stopped:
