@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY karpy ./karpy
-RUN pip install . && rm -rf /src
+RUN pip install ".[aws]" && rm -rf /src
 
 # the same uid/gid as upstream's chart runs the controller with (runAsUser: 65536)
 RUN groupadd --system --gid 65536 karpy \
