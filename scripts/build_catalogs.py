@@ -15,7 +15,8 @@ Usage::
 
     python scripts/build_catalogs.py [--data DIR] [--out DIR] [--check]
 
-``--data`` defaults to ``../shared/data`` relative to the project root,
+``--data`` defaults to ``data/instance-types`` (the repository's copy of the shared instance-type
+facts, with their README of sources; ``../shared/data`` beside the project is the same files),
 ``--facts`` to ``data/facts`` (zones of every region, Azure prices of every
 region and AWS spot savings, extracted by ``scripts/extract_price_facts.py``;
 ``docs/data-sources.md`` cites every source) and ``--out`` to
@@ -40,7 +41,7 @@ from decimal import Decimal
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = PROJECT_ROOT.parent / "shared" / "data"
+DEFAULT_DATA = PROJECT_ROOT / "data" / "instance-types"
 DEFAULT_FACTS = PROJECT_ROOT / "data" / "facts"
 DEFAULT_OUT = PROJECT_ROOT / "karpy" / "cloudprovider" / "data"
 

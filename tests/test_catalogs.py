@@ -15,12 +15,19 @@ from karpy.cloudprovider.fake import fake_instance_types
 from karpy.resources import CPU, EPHEMERAL, MEMORY, PODS
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+SHARED_DATA = ROOT / "data" / "instance-types"  # the repository's copy of ../shared/data
+BESIDE = ROOT.parent / "shared" / "data"
 FACTS = ROOT / "data" / "facts"
 MIB = 2**20
 GIB = 2**30
 
 needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared facts data not present")
+
+
+@pytest.mark.skipif(not BESIDE.is_dir(), reason="no ../shared/data beside the project to compare with")
+def test_the_repository_copy_of_the_instance_type_facts_is_the_shared_data():
+    for name in ("aws-instance-types.csv", "azure-vm-sizes.csv", "kwok-instance-types.csv", "README.md"):
+        assert (SHARED_DATA / name).read_bytes() == (BESIDE / name).read_bytes(), name
 
 
 def _build_script():
