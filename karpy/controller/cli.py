@@ -20,7 +20,7 @@ def _fail(message: str) -> None:
 @click.option("--kubeconfig", default=None, help="Path to a kubeconfig ($KUBECONFIG, ~/.kube/config; in a pod: the service account).")
 @click.option("--context", default=None, help="The kubeconfig context to use.")
 @click.option("--namespace", default=None, help="Namespace of the leader election Lease [default: kube-system, or the pod's].")
-@click.option("--cloud-provider", "cloud_provider", default=None, help="kwok or simulated [CLOUD_PROVIDER; default: kwok].")
+@click.option("--cloud-provider", "cloud_provider", default=None, help="kwok, simulated or aws [CLOUD_PROVIDER; default: kwok].")
 @click.option("--metrics-port", "metrics_port", default=None, help="Port of /metrics [METRICS_PORT; default: 8080].")
 @click.option("--health-probe-port", "health_probe_port", default=None,
               help="Port of /healthz and /readyz [HEALTH_PROBE_PORT; default: 8081].")
@@ -36,6 +36,18 @@ def _fail(message: str) -> None:
 @click.option("--min-values-policy", "min_values_policy", default=None, help="Strict or BestEffort [MIN_VALUES_POLICY].")
 @click.option("--bind-address", "bind_address", default=None,
               help="Address of the metrics and health endpoints [BIND_ADDRESS; default: 0.0.0.0].")
+@click.option("--cluster-endpoint", "cluster_endpoint", default=None,
+              help="aws: the API server URL nodes join [CLUSTER_ENDPOINT; default: from eks:DescribeCluster].")
+@click.option("--cluster-ca-bundle", "cluster_ca_bundle", default=None,
+              help="aws: the cluster CA, base64 [CLUSTER_CA_BUNDLE; default: the kubeconfig's, else DescribeCluster's].")
+@click.option("--interruption-queue", "interruption_queue", default=None,
+              help="aws: SQS queue name of interruption events [INTERRUPTION_QUEUE; default: none].")
+@click.option("--isolated-vpc", "isolated_vpc", default=None, is_flag=False, flag_value="true",
+              help="aws: no Pricing API, static prices only [ISOLATED_VPC; default: false].")
+@click.option("--vm-memory-overhead-percent", "vm_memory_overhead_percent", default=None,
+              help="aws: memory the hypervisor takes [VM_MEMORY_OVERHEAD_PERCENT; default: 0.075].")
+@click.option("--reserved-enis", "reserved_enis", default=None,
+              help="aws: ENIs not used for pods [RESERVED_ENIS; default: 0].")
 def controller(**flags: object) -> None:
     """Run Karpenter's controllers against a Kubernetes API server."""
     try:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..controllers.env import DEFAULT_FEATURE_GATES
 from ..resources import parse_duration
 from ..runtime.log import LEVELS
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-CLOUD_PROVIDERS = ("kwok", "simulated")
+CLOUD_PROVIDERS = ("kwok", "simulated", "aws")
 
 # flag name -> upstream's environment variable
 ENV = {
@@ -34,6 +34,13 @@ ENV = {
     "cluster_name": "CLUSTER_NAME",
     "min_values_policy": "MIN_VALUES_POLICY",
     "bind_address": "BIND_ADDRESS",  # karpy's: the address of both endpoints (contract default 0.0.0.0)
+    # --cloud-provider aws (upstream's AWS settings; see karpy.cloudprovider.ec2.settings)
+    "cluster_endpoint": "CLUSTER_ENDPOINT",
+    "cluster_ca_bundle": "CLUSTER_CA_BUNDLE",
+    "interruption_queue": "INTERRUPTION_QUEUE",
+    "isolated_vpc": "ISOLATED_VPC",
+    "vm_memory_overhead_percent": "VM_MEMORY_OVERHEAD_PERCENT",
+    "reserved_enis": "RESERVED_ENIS",
 }
 
 FLAG = {k: "--" + k.replace("_", "-") for k in ENV}
@@ -59,6 +66,7 @@ class ControllerSettings:
     cluster_name: str = ""
     min_values_policy: str = "Strict"
     bind_address: str = "0.0.0.0"
+    aws: Any = None  # karpy.cloudprovider.ec2.settings.AWSSettings with --cloud-provider aws
     # leader election timings (controller-runtime's defaults)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -177,6 +185,12 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
         if v not in ("Strict", "BestEffort"):
             raise SettingsError(f'{name}: invalid value "{v}": must be Strict or BestEffort')
         s.min_values_policy = v
+    if s.cloud_provider == "aws":
+        from ..cloudprovider.ec2.settings import resolve_aws
+
+        s.aws = resolve_aws(s.cluster_name, {k: pick(k) for k in (
+            "cluster_endpoint", "cluster_ca_bundle", "interruption_queue", "isolated_vpc",
+            "vm_memory_overhead_percent", "reserved_enis")}, SettingsError)
     if s.metrics_port and s.metrics_port == s.health_probe_port:
         raise SettingsError(f"--metrics-port and --health-probe-port must differ (both {s.metrics_port})")
     return s
