@@ -29,7 +29,15 @@ from typing import Any
 from .. import resources as res
 from ..cloudprovider.types import LABEL_INSTANCE_TYPE, InstanceType
 from ..disruption.budgets import REASONS, allowed_disruptions, window_changes_at
-from ..disruption.methods import POLL_PERIOD, VALIDATION_DELAY, Command, DisruptionEngine, Event
+from ..disruption.methods import (
+    POLL_PERIOD,
+    VALIDATION_DELAY,
+    Command,
+    DisruptionEngine,
+    Event,
+    StaticReplacement,
+    is_static,
+)
 from ..disruption.state import DISRUPTED_TAINT, ClusterSnapshot, NodeState
 from ..kube import errors as E
 from ..kube.port import DELETED
@@ -40,6 +48,7 @@ from ..state.cluster import StateNode
 from .env import Env
 from .lifecycle import clear_condition, set_condition
 from .provisioning import Provisioner
+from .static import node_counts
 
 REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
 EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
@@ -313,6 +322,7 @@ class Disruption:
             now=now, nodes=nodes, nodepools=dict(c.nodepools), templates=templates,
             pending_pods=[c.pod_info(e) for e in pending], pdbs=c.pdb_states(),
             feature_gates=env.settings.feature_gates,
+            nodepool_counts={name: node_counts(c, name) for name, np in c.nodepools.items() if is_static(np)},
         )
 
     # --- events ---------------------------------------------------------------------------------
@@ -382,11 +392,14 @@ class Orchestrator:
         env.mgr.pump()
         replacements = []
         for rep in cmd.replacements:
-            np = c.nodepools.get(rep.template.nodepool)
+            np = c.nodepools.get(rep.nodepool if isinstance(rep, StaticReplacement) else rep.template.nodepool)
             nodeclass, _ = c.nodeclass_for(np) if np is not None else (None, None)
             if np is None or nodeclass is None:
                 continue
-            created = self.d.provisioner.create_nodeclaim(rep, np, nodeclass, nominate=False, reason=cmd.reason.lower())
+            if isinstance(rep, StaticReplacement):
+                created = self.d.provisioner.create_static_nodeclaim(np, nodeclass, reason=cmd.reason.lower())
+            else:
+                created = self.d.provisioner.create_nodeclaim(rep, np, nodeclass, nominate=False, reason=cmd.reason.lower())
             name = created["metadata"]["name"]
             replacements.append(name)
             env.recorder.publish(ref(created), "DisruptionLaunching", f"Launching NodeClaim: {cmd.reason}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .. import resources as res
 from ..disruption.drift import drift_reason
+from ..disruption.methods import is_static
 from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import ref
@@ -85,7 +86,9 @@ class NodeClaimDisruption:
         # consolidatable
         requeue = None
         after = ((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s")
-        if after in (None, "Never") or not is_true(claim, "Initialized"):
+        if is_static(np):
+            pass  # a static NodePool's nodes are never consolidated: the condition is not kept
+        elif after in (None, "Never") or not is_true(claim, "Initialized"):
             clear_condition(status, "Consolidatable")
         else:
             init = parse_time((condition(claim, "Initialized") or {}).get("lastTransitionTime")) or now

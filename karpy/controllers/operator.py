@@ -18,6 +18,7 @@ from .lifecycle import Lifecycle
 from .nodeclaim_disruption import NodeClaimDisruption, PodEvents
 from .nodepool import NodePoolStatus
 from .provisioning import NodeTrigger, PodTrigger, Provisioner
+from .static import StaticDeprovisioning, StaticProvisioning
 from .termination import Termination
 
 
@@ -57,4 +58,7 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
               Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
               NodePoolStatus(env), GarbageCollection(env), disruption, disruption.orchestrator):
         mgr.add(c)
+    if env.settings.gate("StaticCapacity"):  # static NodePools (spec.replicas), as upstream's gate
+        mgr.add(StaticProvisioning(env, provisioner))
+        mgr.add(StaticDeprovisioning(env))
     return Karpenter(env, provisioner, disruption)

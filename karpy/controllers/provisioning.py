@@ -422,6 +422,13 @@ class Provisioner:
         self.env.mgr.pump()
         return self._created(nc, nodepool, created, nominate, reason)
 
+    def create_static_nodeclaim(self, nodepool: dict, nodeclass: dict, reason: str) -> dict:
+        """A NodeClaim of a static NodePool (``spec.replicas``): the template's requirements, no pods; the
+        cloud provider launches the cheapest offering they allow (upstream's static ToNodeClaim)."""
+        tpl = build_template(nodepool, [], [], {}, self.env.cloud.well_known_labels(nodepool))
+        return self.create_nodeclaim(NewNodeClaim(tpl, "", tpl.requirements, [], [], {}), nodepool, nodeclass,
+                                     nominate=False, reason=reason)
+
     def nodeclaim_object(self, nc: NewNodeClaim, nodepool: dict, nodeclass: dict) -> dict:
         """The NodeClaim manifest for a NodeClaim the engine computed (upstream's ToNodeClaim)."""
         tmpl = (nodepool.get("spec") or {}).get("template") or {}

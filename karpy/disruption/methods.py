@@ -18,7 +18,7 @@ events to emit; the simulator (or a controller) carries them out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..cloudprovider.types import (
     CAPACITY_ON_DEMAND,
@@ -29,6 +29,7 @@ from ..cloudprovider.types import (
     LABEL_ZONE,
     InstanceType,
 )
+from ..resources import parse_quantity
 from ..scheduling.requirements import IN, Requirement, Requirements
 from ..scheduling.pods import moving
 from ..scheduling.scheduler import NewNodeClaim, Prepared, Results, Scheduler
@@ -58,11 +59,27 @@ BALANCED_THRESHOLD = 0.5
 
 
 @dataclass(eq=False)
+class StaticReplacement:
+    """The replacement of a static NodePool's node: a NodeClaim from the NodePool's template alone (no
+    pods, no instance type chosen beforehand; the cloud provider launches the cheapest it allows)."""
+
+    nodepool: str
+    instance_types: list[InstanceType] = field(default_factory=list)
+    pods: list = field(default_factory=list)
+
+
+def is_static(nodepool: Mapping | None) -> bool:
+    """A static NodePool (``spec.replicas`` set) keeps a count of nodes: no consolidation, no emptiness, and
+    drift replaces its nodes one for one."""
+    return ((nodepool or {}).get("spec") or {}).get("replicas") is not None
+
+
+@dataclass(eq=False)
 class Command:
     reason: str  # Empty | Drifted | Underutilized
     method: str  # emptiness | drift | multi | single
     candidates: list[Candidate]
-    replacements: list[NewNodeClaim]
+    replacements: list[NewNodeClaim | StaticReplacement]
     savings: float = 0.0
     results: Results | None = None
 
@@ -74,7 +91,8 @@ class Command:
         names = ", ".join(c.name for c in self.candidates)
         if not self.replacements:
             return f"delete [{names}]"
-        reps = ", ".join(r.instance_types[0].name if r.instance_types else "?" for r in self.replacements)
+        reps = ", ".join(r.instance_types[0].name if r.instance_types else
+                         (f"nodepool/{r.nodepool}" if isinstance(r, StaticReplacement) else "?") for r in self.replacements)
         return f"replace [{names}] -> [{reps}]"
 
 
@@ -203,14 +221,14 @@ class DisruptionEngine:
 
     def step(self, snapshot: ClusterSnapshot, version: int = 0) -> StepResult:
         out = StepResult(None)
-        for method in ("emptiness", "drift", "multi", "single"):
-            if method != "drift" and self._skip(method, version, snapshot.now):
+        for method in ("emptiness", "static_drift", "drift", "multi", "single"):
+            if method not in ("drift", "static_drift") and self._skip(method, version, snapshot.now):
                 continue
             cmd, constrained = getattr(self, f"_{method}")(snapshot, out.events)
             if cmd is not None:
                 out.command = cmd
                 return out
-            if method != "drift" and not constrained:
+            if method not in ("drift", "static_drift") and not constrained:
                 self._mark(method, version, snapshot.now)
         return out
 
@@ -227,6 +245,8 @@ class DisruptionEngine:
         return list(hit[0])
 
     def _empty_filter(self, c: Candidate, events: list[Event]) -> bool:
+        if is_static(c.nodepool):
+            return False
         if _consolidate_after(c.nodepool) == "Never":
             if c.empty:
                 events.append(Event("Node", c.name, "Unconsolidatable", f'NodePool "{c.node.nodepool}" has consolidation disabled'))
@@ -235,6 +255,8 @@ class DisruptionEngine:
 
     def _consolidation_filter(self, c: Candidate, events: list[Event]) -> bool:
         np_name = c.node.nodepool
+        if is_static(c.nodepool):
+            return False
         if c.node.instance_type is None:
             events.append(Event("Node", c.name, "Unconsolidatable",
                                 f'Instance Type "{c.node.labels.get(LABEL_INSTANCE_TYPE, "")}" not found'))
@@ -276,7 +298,7 @@ class DisruptionEngine:
 
     # --- drift --------------------------------------------------------------------------
     def _drift(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
-        cands = [c for c in self._candidates(snapshot, EVENTUAL, events) if c.node.drifted]
+        cands = [c for c in self._candidates(snapshot, EVENTUAL, events) if c.node.drifted and not is_static(c.nodepool)]
         if not cands:
             return None, False
         budgets = self._budget_events(snapshot, DRIFTED, events)
@@ -288,6 +310,28 @@ class DisruptionEngine:
                 events.append(Event("Node", c.name, "DisruptionBlocked", sentence(sim.why or "")))
                 continue
             return Command(DRIFTED, "drift", [c], list(sim.results.new_nodeclaims), results=sim.results), False
+        return None, False
+
+    # --- static drift --------------------------------------------------------------------
+    def _static_drift(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        """A drifted node of a static NodePool is replaced by a NodeClaim from its template, one for one,
+        within the Drifted budget and ``limits.nodes``, once the NodePool is not above its replicas."""
+        cands = [c for c in self._candidates(snapshot, EVENTUAL, events) if c.node.drifted and is_static(c.nodepool)]
+        if not cands:
+            return None, False
+        budgets = self._budget_events(snapshot, DRIFTED, events)
+        for c in sort_for_drift(cands):
+            np = c.nodepool
+            name = c.node.nodepool or ""
+            if budgets.get(name, 0) <= 0:
+                continue
+            running, gone, pending = snapshot.nodepool_counts.get(name, (0, 0, 0))
+            if running + pending > int(np["spec"]["replicas"]):
+                continue  # scaling down first
+            raw = ((np.get("spec") or {}).get("limits") or {}).get("nodes")
+            if raw is not None and float(parse_quantity(raw)) - (running + gone + pending) <= 0:
+                continue
+            return Command(DRIFTED, "drift", [c], [StaticReplacement(name)]), False
         return None, False
 
     # --- consolidation core ----------------------------------------------------------------

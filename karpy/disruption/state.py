@@ -153,6 +153,8 @@ class ClusterSnapshot:
     pdbs: list[PDBState] = field(default_factory=list)
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     tolerations_for_daemons: tuple[Toleration, ...] = ()
+    # NodePool -> NodeClaims (running, being deleted, being disrupted), for static NodePools' drift
+    nodepool_counts: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def node(self, name: str) -> NodeState | None:
         for n in self.nodes:
