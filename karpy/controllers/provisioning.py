@@ -23,6 +23,7 @@ that created nothing already saw is skipped: the engine would answer the same.
 from __future__ import annotations
 
 import dataclasses
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODE
 from ..kube.port import DELETED
 from ..provisioning.templates import build_template
 from ..runtime.events import ref
+from ..runtime.log import go_duration, pretty_slice
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
 from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
 from ..scheduling.volumes import has_volume_claims
@@ -139,6 +141,10 @@ class Provisioner:
     def reconcile(self, key: Any) -> float | None:
         if self.batch_start is None:
             return None
+        with self.env.log.reconcile(self.name):  # a singleton's reconcile: no namespace, no name
+            return self._reconcile_batch()
+
+    def _reconcile_batch(self) -> float | None:
         s = self.env.settings
         deadline = min((self.batch_last or self.batch_start) + s.batch_idle, self.batch_start + s.batch_max)
         now = self.env.now()
@@ -322,6 +328,7 @@ class Provisioner:
 
     # --- the loop ------------------------------------------------------------------------------
     def schedule(self) -> None:
+        started = time.perf_counter()  # upstream logs how long finding the pods and solving took
         env = self.env
         c = env.cluster
         pending, deleting = self.provisionable()
@@ -344,8 +351,8 @@ class Provisioner:
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))
         results = s.solve([c.pod_info(e) for e in pods])
         if results.new_nodeclaims:
-            env.log.info("found provisionable pod(s)", controller=self.name,
-                         Pods=", ".join(e.key for e in pods[:5]) + (f" and {len(pods) - 5} other(s)" if len(pods) > 5 else ""))
+            env.log.info("found provisionable pod(s)", controller=self.name, Pods=pretty_slice([e.key for e in pods], 5),
+                         duration=go_duration(time.perf_counter() - started))
         self._apply(results, problems, classes)
         self._last_noop = None if results.new_nodeclaims or results.existing else (c.version, noop_key[1], noop_key[2])
 
@@ -470,11 +477,13 @@ class Provisioner:
         env = self.env
         name_np = nodepool["metadata"]["name"]
         name = created["metadata"]["name"]
-        types = [it.name for it in nc.instance_types]
-        shown = ", ".join(types[:5]) + (f" and {len(types) - 5} other(s)" if len(types) > 5 else "")
+        # as upstream: the NodeClaim's instance-type requirement, whose values are sorted by name
+        types = _instance_types_of(created) or sorted(it.name for it in nc.instance_types)
+        shown = pretty_slice(types, 5)
         if env.log.wants("info", "created nodeclaim"):
-            env.log.info("created nodeclaim", controller=self.name, NodePool={"name": name_np}, NodeClaim={"name": name},
-                         requests=res.format_resource_list(nc.requests), **{"instance-types": shown}, reason=reason)
+            env.log.info("created nodeclaim", controller=self.name, unlogged={"reason": reason}, NodePool={"name": name_np},
+                         NodeClaim={"name": name}, requests=res.format_resource_list(nc.requests),
+                         **{"instance-types": shown})
         env.recorder.publish(ref(created), "Created",
                              f"created nodeclaim for {len(nc.pods)} pod(s), requests {_fmt_requests(nc.requests)}, "
                              f"instance-types {shown}")
@@ -512,3 +521,11 @@ def _order(sn: StateNode) -> tuple:
 
 def _fmt_requests(r: dict[str, int]) -> str:
     return "{" + ",".join(f'"{k}":"{v}"' for k, v in res.format_resource_list(r).items()) + "}"
+
+
+def _instance_types_of(claim: dict) -> list[str]:
+    """The instance types a NodeClaim's requirements allow, sorted by name (empty when they name none)."""
+    for r in (claim.get("spec") or {}).get("requirements") or ():
+        if r.get("key") == LABEL_INSTANCE_TYPE and r.get("operator") == "In":
+            return sorted(str(v) for v in r.get("values") or ())
+    return []
