@@ -145,8 +145,10 @@ CRITICAL = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
 
 
 def simulate(docs, until: str | None = None) -> "Result":
+    """``until`` bounds a run that stops once settled (--settle): these tests follow one sequence of
+    events to its end, not a horizon (tests/test_horizon.py covers that)."""
     text = yaml.safe_dump_all(list(docs), sort_keys=False)
-    args = ["-", "-o", "json"] + (["--until", until] if until else [])
+    args = ["-", "-o", "json"] + (["--until", until, "--settle"] if until else [])
     r = invoke(args, input=text)
     assert r.exit_code == 0, f"exit {r.exit_code}\nstderr:\n{r.stderr}\nexception: {r.exception!r}"
     return Result(json.loads(r.stdout))

@@ -74,7 +74,7 @@ class Sandbox:
         self.sim.world.workloads.keep_history = True
         self.mgr.realtime = True
         self.mgr.on_error = self._on_error
-        self._burst_replicasets()
+        self.sim.world.workloads.burst_replicas = BURST_REPLICAS
         watched = set(self.mgr.watched_kinds())
         self.status = WorkloadStatus(self.mgr, self.api, self.clock)
         self.mgr.add(self.status)
@@ -138,25 +138,6 @@ class Sandbox:
             elif kind == "Service":
                 obj = allocate_service(default_service(obj), self.service_ips)
             self.sim.apply(obj)
-
-    def _burst_replicasets(self) -> None:
-        """A ReplicaSet short of many pods creates at most :data:`BURST_REPLICAS` of them per sync and syncs
-        again, as the ReplicaSet controller does, so a scale to thousands of pods lets requests in between."""
-        from ..simulator.workloads import desired_replicas
-
-        wl = self.sim.world.workloads
-        whole = wl._replicaset
-
-        def replicaset(rs: dict) -> None:
-            want, have = desired_replicas(rs), len(wl._active(rs))
-            if want - have <= BURST_REPLICAS:
-                whole(rs)
-                return
-            whole({**rs, "spec": {**(rs.get("spec") or {}), "replicas": have + BURST_REPLICAS}})
-            m = rs.get("metadata") or {}
-            self.mgr.enqueue(wl, ("ReplicaSet", m.get("namespace", "default"), m.get("name")))
-
-        wl._replicaset = replicaset
 
     # --- the loop -----------------------------------------------------------------------------------
     def start(self) -> None:

@@ -105,6 +105,10 @@ class Workloads:
         # keep a Deployment's earlier ReplicaSets, scaled to 0 (its revisionHistoryLimit of them), as the
         # deployment controller does; karpy simulate, which never shows them, deletes them
         self.keep_history = False
+        # pods a ReplicaSet creates per sync at most before syncing again (kube-controller-manager's
+        # burstReplicas, 500): karpy sandbox sets it, so a scale to thousands lets requests in between;
+        # karpy simulate creates them in one sync (all at the same instant either way)
+        self.burst_replicas: int | None = None
 
     def setup(self, mgr: Manager) -> None:
         for kind in WORKLOAD_KINDS:
@@ -252,7 +256,13 @@ class Workloads:
         pods = self._active(rs)
         if len(pods) < want:
             s = self._stamp(rs)
-            for _ in range(want - len(pods)):
+            n = want - len(pods)
+            if self.burst_replicas is not None and n > self.burst_replicas:
+                # the ReplicaSet controller's burstReplicas: this many per sync, then sync again
+                n = self.burst_replicas
+                m = rs["metadata"]
+                self.mgr.enqueue(self, ("ReplicaSet", m.get("namespace", "default"), m["name"]))
+            for _ in range(n):
                 self._pod(rs, s)
         elif len(pods) > want:
             self._scale_down(pods, len(pods) - want)
