@@ -15,12 +15,15 @@ spec:
   - interrupt: {node: NODE_NAME}  |  {selector: {matchLabels: {...}}, count: 1}
   - unavailable: {instanceTypes: [..], zones: [..], capacityType: spot}
   - available: {instanceTypes: [..], zones: [..], capacityType: spot}
+  - condition: {node: NODE_NAME, type: Ready, status: "False", reason: KubeletNotReady}
+  - condition: {selector: {matchLabels: {...}}, count: 2, type: Ready, status: Unknown}
 ```
 
 Manifests inside ``apply`` are validated (and defaulted) exactly like
 top-level documents, with their errors reported under
 ``spec.steps[i].apply[j]``. ``scale``/``patch``/``delete`` get ``namespace:
-default`` for namespaced kinds; ``interrupt`` with a selector gets ``count: 1``.
+default`` for namespaced kinds; ``interrupt`` with a selector gets ``count: 1``; ``condition``
+with a selector and no ``count`` sets the condition on every matching node.
 
 Settings and their defaults (upstream Karpenter's): ``batchIdleDuration`` 1s,
 ``batchMaxDuration`` 10s, ``featureGates`` (NodeRepair false, ReservedCapacity
@@ -92,7 +95,7 @@ FEATURE_GATE_DEFAULTS = {
     "ZonePinning": False,
 }
 
-ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available")
+ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available", "condition")
 # a HorizontalPodAutoscaler "scaled" is what it would choose under load (karpy.api.autoscaling)
 SCALABLE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "NodePool", autoscaling.KIND)
 CAPACITY_TYPES = ("on-demand", "spot", "reserved")
@@ -240,7 +243,7 @@ def _interrupt_defaulter(step: dict, ctx: Ctx) -> None:
         step["count"] = 1
 
 
-def _check_interrupt(step: dict, path: str, ctx: Ctx) -> None:
+def _check_node_or_selector(step: dict, path: str, ctx: Ctx) -> None:
     has_node, has_sel = "node" in step, "selector" in step
     if has_node == has_sel:
         ctx.err(path, invalid(step, "must specify exactly one of 'node' or 'selector'"))
@@ -276,10 +279,18 @@ STEP = obj(
         "interrupt": obj(
             {"node": string(min_len=1), "selector": label_selector(), "count": int32(minimum=1)},
             defaulter=_interrupt_defaulter,
-            checks=[_check_interrupt],
+            checks=[_check_node_or_selector],
         ),
         "unavailable": _offerings(),
         "available": _offerings(),
+        # a node condition its kubelet or an agent reports from now on (node repair, feature gate NodeRepair)
+        "condition": obj(
+            {"node": string(min_len=1), "selector": label_selector(), "count": int32(minimum=1),
+             "type": string(min_len=1), "status": string(enum=("True", "False", "Unknown")),
+             "reason": string(), "message": string()},
+            required=("type", "status"),
+            checks=[_check_node_or_selector],
+        ),
     },
     checks=[_check_step],
 )

@@ -75,6 +75,8 @@ from .types import (
     LABEL_REGION,
     InstanceType,
     Offering,
+    RepairPolicy,
+    kubelet_ready_policies,
 )
 
 GROUP = "karpenter.k8s.aws"
@@ -293,6 +295,15 @@ class AWSProvider(CatalogProvider):
     nodeclass_kind = "EC2NodeClass"
     default_region = "us-east-1"
     LABEL_DOMAIN = GROUP
+    # upstream's AWS provider (RepairPolicies): the kubelet's Ready for 30 minutes, and the conditions of the
+    # EKS node monitoring agent
+    REPAIR_POLICIES = kubelet_ready_policies(1800.0) + (
+        RepairPolicy("AcceleratedHardwareReady", "False", 600.0),
+        RepairPolicy("StorageReady", "False", 1800.0),
+        RepairPolicy("NetworkingReady", "False", 1800.0),
+        RepairPolicy("KernelReady", "False", 1800.0),
+        RepairPolicy("ContainerRuntimeReady", "False", 1800.0),
+    )
     WELL_KNOWN_LABELS = frozenset(
         {
             LABEL_CAPACITY_RESERVATION_ID,

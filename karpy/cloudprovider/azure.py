@@ -57,6 +57,8 @@ from .types import (
     LABEL_REGION,
     InstanceType,
     Offering,
+    RepairPolicy,
+    kubelet_ready_policies,
 )
 
 GROUP = "karpenter.azure.com"
@@ -191,6 +193,12 @@ class AzureProvider(CatalogProvider):
     nodeclass_kind = "AKSNodeClass"
     default_region = "eastus"
     LABEL_DOMAIN = GROUP
+    # upstream's Azure provider (RepairPolicies): the kubelet's Ready for 10 minutes; AKS's NodeHealthy False
+    # and a spot VM's PreemptionScheduled True at once
+    REPAIR_POLICIES = kubelet_ready_policies(600.0) + (
+        RepairPolicy("kubernetes.azure.com/NodeHealthy", "False", 0.0),
+        RepairPolicy("PreemptionScheduled", "True", 0.0),
+    )
     WELL_KNOWN_LABELS = frozenset(
         {
             LABEL_SKU_NAME,

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
-from .types import PRICE_ESTIMATED, PRICE_FROM_CATALOG, InstanceType, Offering
+from .types import PRICE_ESTIMATED, PRICE_FROM_CATALOG, InstanceType, Offering, RepairPolicy
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -107,6 +107,8 @@ class CatalogProvider:
     default_region: str = ""
     LABEL_DOMAIN: str = ""
     WELL_KNOWN_LABELS: frozenset[str] = frozenset()
+    # the node conditions the provider's RepairPolicies() declare (node repair, feature gate NodeRepair)
+    REPAIR_POLICIES: tuple[RepairPolicy, ...] = ()
     # Seconds from launch until the Node registers and is Ready, when the
     # NodeClass does not say otherwise.
     DEFAULT_REGISTRATION_DELAY: float = 0.0

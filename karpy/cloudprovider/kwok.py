@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from ..resources import CPU, EPHEMERAL, MEMORY, PODS, format_units, parse_duration
 from .catalog import CatalogProvider, spec
-from .types import LABEL_ARCH, LABEL_INSTANCE_TYPE, LABEL_OS, InstanceType, Offering
+from .types import LABEL_ARCH, LABEL_INSTANCE_TYPE, LABEL_OS, InstanceType, Offering, kubelet_ready_policies
 
 GROUP = "karpenter.kwok.sh"
 
@@ -61,6 +61,8 @@ class KWOKProvider(CatalogProvider):
     default_region = "kwok"
     LABEL_DOMAIN = GROUP
     WELL_KNOWN_LABELS = frozenset({LABEL_INSTANCE_SIZE, LABEL_INSTANCE_FAMILY, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY})
+    # upstream's kwok provider: Ready False or Unknown for 10 minutes
+    REPAIR_POLICIES = kubelet_ready_policies(600.0)
     DEFAULT_REGISTRATION_DELAY = 0.0
 
     def check_region(self, region: str | None) -> str:

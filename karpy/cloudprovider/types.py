@@ -26,6 +26,22 @@ PRICE_FROM_USER = "user"  # the user's own price or discount (``karpy simulate -
 
 
 @dataclass(frozen=True)
+class RepairPolicy:
+    """A node condition that makes a node unhealthy (upstream's ``cloudprovider.RepairPolicy``): when the
+    Node's condition ``condition_type`` has ``status`` for ``toleration`` seconds, node repair
+    (feature gate ``NodeRepair``) force-terminates its NodeClaim."""
+
+    condition_type: str
+    status: str  # "True" | "False" | "Unknown"
+    toleration: float  # seconds
+
+
+def kubelet_ready_policies(toleration: float) -> tuple[RepairPolicy, ...]:
+    """Ready False or Unknown for ``toleration`` seconds: the kubelet policies every provider declares."""
+    return (RepairPolicy("Ready", "False", toleration), RepairPolicy("Ready", "Unknown", toleration))
+
+
+@dataclass(frozen=True)
 class Offering:
     """One place an instance type can be bought: a zone and a capacity type, at a price.
 

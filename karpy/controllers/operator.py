@@ -13,9 +13,11 @@ from .disruption import Disruption
 from .env import Env, Settings
 from .expiration import Expiration
 from .garbagecollection import GarbageCollection
+from .health import NodeHealth
 from .interruption import Interruption
 from .lifecycle import Lifecycle
 from .nodeclaim_disruption import NodeClaimDisruption, PodEvents
+from .nodeoverlay import NodeOverlayController
 from .nodepool import NodePoolStatus
 from .provisioning import NodeTrigger, PodTrigger, Provisioner
 from .static import StaticDeprovisioning, StaticProvisioning
@@ -58,6 +60,10 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
               Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
               NodePoolStatus(env), GarbageCollection(env), disruption, disruption.orchestrator):
         mgr.add(c)
+    if env.settings.gate("NodeRepair"):  # node repair by the cloud provider's repair policies
+        mgr.add(NodeHealth(env))
+    if env.settings.gate("NodeOverlay"):  # NodeOverlays change the instance types' prices and capacities
+        mgr.add(NodeOverlayController(env))
     if env.settings.gate("StaticCapacity"):  # static NodePools (spec.replicas), as upstream's gate
         mgr.add(StaticProvisioning(env, provisioner))
         mgr.add(StaticDeprovisioning(env))

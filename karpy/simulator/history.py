@@ -56,8 +56,10 @@ class DisruptionRecord:
 class History:
     name = "world.history"
     # Karpenter's log records a report is built from
+    # NodeClaims deleted at once, outside the disruption queue: expiry, interruption, node repair
+    DIRECT_DELETES = ("deleting expired nodeclaim", "initiating delete from interruption message", "deleting unhealthy node")
     LOG_MESSAGES = ("disrupting node(s)", "command succeeded", "failed terminating nodes while executing a disruption command",
-                    "deleting expired nodeclaim", "initiating delete from interruption message")
+                    *DIRECT_DELETES)
 
     def __init__(self, mgr: Manager, clock: Any, exact_price: Any = None):
         self.mgr = mgr
@@ -160,7 +162,7 @@ class History:
                     life = self.claims.get(c)
                     if life is not None and life.deleted is None and life.reason == d.reason:
                         life.reason = None
-        elif msg in ("deleting expired nodeclaim", "initiating delete from interruption message"):
+        elif msg in self.DIRECT_DELETES:
             name = (rec.get("NodeClaim") or {}).get("name", "")
             reason = rec.get("reason") or ("Expired" if msg.startswith("deleting expired") else "Interrupted")
             life = self.claims.get(name)
@@ -168,7 +170,8 @@ class History:
                 life.reason = reason
             else:
                 self._pending_reason[name] = reason
-            d = DisruptionRecord(now, reason, "expiration" if reason == "Expired" else "interruption",
+            method = {"Expired": "expiration", "Unhealthy": "repair"}.get(reason, "interruption")
+            d = DisruptionRecord(now, reason, method,
                                  rec.get("nodepool") or (life.nodepool if life else ""), [name], [], None, self.cost)
             self.disruptions.append(d)
 

@@ -146,6 +146,7 @@ class Kubelets:
         self.workloads = workloads
         self.bound: dict[str, set[str]] = {}  # node -> pod keys bound to it
         self.addresses = Addresses()
+        self.not_ready: set[str] = set()  # nodes whose kubelet a Scenario `condition` step made report Ready != True
 
     def setup(self, mgr: Manager) -> None:
         mgr.watch("Node", self._on_node)
@@ -159,6 +160,7 @@ class Kubelets:
         name = obj["metadata"]["name"]
         if etype == DELETED:
             self.addresses.release_node(name)
+            self.not_ready.discard(name)
             self.recorder.publish(ref(obj), "RemovingNode", f"Node {name} event: Removing Node {name} from Controller",
                                   component="node-controller")
             self.mgr.enqueue(self, ("gc", name))
@@ -179,7 +181,7 @@ class Kubelets:
             return
         if deleting(node):
             return
-        ready = is_true(node, "Ready")
+        ready = is_true(node, "Ready") or name in self.not_ready
         addressed = bool((node.get("status") or {}).get("addresses"))
         if not ready or not addressed:
             st = dict(node.get("status") or {})
@@ -202,6 +204,26 @@ class Kubelets:
         taints = without_startup_taints(self.mgr, node)  # the node's agents (a CNI's, a device plugin's)
         if taints is not None:
             self.api.patch("Node", name, {"spec": {"taints": taints}})
+
+    def report_condition(self, name: str, ctype: str, status: str, reason: str | None, message: str | None) -> None:
+        """The node's kubelet (or agent) reports a condition from now on (a Scenario ``condition`` step): set
+        it on the Node, its ``lastTransitionTime`` now when its status changes. A kubelet reporting Ready
+        other than True keeps doing so until a step sets it True again."""
+        node = self.mgr.get("Node", name)
+        if node is None or deleting(node):
+            return
+        if ctype == "Ready":
+            (self.not_ready.discard if status == "True" else self.not_ready.add)(name)
+        st = dict(node.get("status") or {})
+        conds = list(st.get("conditions") or ())
+        old = next((c for c in conds if c.get("type") == ctype), None)
+        now = fmt_time(self.clock.now())
+        new = {"type": ctype, "status": status, "reason": reason or ctype,
+               "message": message if message is not None else (old or {}).get("message", ""),
+               "lastHeartbeatTime": now,
+               "lastTransitionTime": (old or {}).get("lastTransitionTime") if old and old.get("status") == status else now}
+        st["conditions"] = [c for c in conds if c.get("type") != ctype] + [new]
+        self.api.patch("Node", name, {"status": st}, subresource="status")
 
     def _lost(self, node: dict) -> None:
         """The node's instance is gone and its kubelet with it: Ready turns False."""

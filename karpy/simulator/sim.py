@@ -224,6 +224,8 @@ class Simulation:
                                         action == "available")
         elif action == "interrupt":
             self._interrupt(arg)
+        elif action == "condition":
+            self._condition(arg)
         self.drain()
 
     def _patch(self, p: dict) -> None:
@@ -248,18 +250,26 @@ class Simulation:
         new["metadata"] = meta
         self.api.update(new)
 
-    def _interrupt(self, spec: dict) -> None:
-        targets = []
+    def _nodes(self, spec: dict, count: int | None) -> list[dict]:
+        """The Node a step names (``node``), or the first ``count`` (all, when None) matching its
+        ``selector``, by name."""
         if spec.get("node"):
             n = self.api.try_get("Node", spec["node"])
-            if n is not None:
-                targets.append(n)
-        else:
-            sel = LabelSelector(spec.get("selector") or {})
-            nodes, _ = self.api.list("Node")
-            matching = sorted((n for n in nodes if sel.matches(n["metadata"].get("labels") or {})),
-                              key=lambda n: n["metadata"]["name"])
-            targets = matching[: int(spec.get("count", 1))]
+            return [n] if n is not None else []
+        sel = LabelSelector(spec.get("selector") or {})
+        nodes, _ = self.api.list("Node")
+        matching = sorted((n for n in nodes if sel.matches(n["metadata"].get("labels") or {})),
+                          key=lambda n: n["metadata"]["name"])
+        return matching if count is None else matching[:count]
+
+    def _condition(self, spec: dict) -> None:
+        count = spec.get("count")
+        for n in self._nodes(spec, None if count is None else int(count)):
+            self.world.kubelets.report_condition(n["metadata"]["name"], spec["type"], spec["status"],
+                                                 spec.get("reason"), spec.get("message"))
+
+    def _interrupt(self, spec: dict) -> None:
+        targets = self._nodes(spec, int(spec.get("count", 1)))
         for n in targets:
             inst = self.cloud.find((n.get("spec") or {}).get("providerID") or "")
             if inst is not None:
