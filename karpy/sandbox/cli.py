@@ -9,6 +9,7 @@ import atexit
 import ipaddress
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ import traceback
 import click
 
 CONTEXT = "karpy-sandbox"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _fail(msg: str) -> None:
@@ -81,6 +83,8 @@ def _write_kubeconfig(path: str, text: str) -> None:
               help="How many times faster than real time the simulated clock runs.")
 @click.option("--no-karpenter", "no_karpenter", is_flag=True,
               help="Run the simulated cluster without Karpenter's controllers (for karpy controller or another client).")
+@click.option("--karpenter-namespace", "karpenter_namespace", default="karpenter", show_default=True,
+              help="Namespace of the Deployment and Pod that stand for Karpenter (kubectl logs reads its lines there).")
 @click.option("--region", default=None, help="Region of the cloud catalog (default: per provider).")
 @click.option("--plain-http", "plain_http", is_flag=True,
               help="Serve plain HTTP instead of HTTPS with a generated certificate (loopback only).")
@@ -104,7 +108,8 @@ def _write_kubeconfig(path: str, text: str) -> None:
 @click.option("--max-mutating-requests-inflight", "max_mutating", default=None, type=int, hidden=True,
               help="Writes served at once (default 200, kube-apiserver's).")
 def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, speed: float, no_karpenter: bool,
-            region: str | None, plain_http: bool, tls_cert: str | None, tls_key: str | None, token_file: str | None,
+            karpenter_namespace: str, region: str | None, plain_http: bool, tls_cert: str | None, tls_key: str | None,
+            token_file: str | None,
             log_level: str, watch_history: int | None, handshake_timeout: float | None, read_timeout: float | None,
             write_timeout: float | None, max_connections: int | None, max_inflight: int | None,
             max_mutating: int | None) -> None:
@@ -118,6 +123,10 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
                         ("--max-requests-inflight", max_inflight), ("--max-mutating-requests-inflight", max_mutating)):
         if value is not None and not value > 0:
             _fail(f"{flag}: Invalid value: {value}: must be greater than 0")
+    if not _DNS_LABEL.fullmatch(karpenter_namespace):
+        _fail(f"--karpenter-namespace: Invalid value: {json.dumps(karpenter_namespace)}: a lowercase RFC 1123 label "
+              "must consist of lower case alphanumeric characters or '-', start and end with an alphanumeric "
+              "character, and be at most 63 characters")
     if region is not None and not region.strip():
         _fail('--region: Invalid value: "": must not be empty')
     if bool(tls_cert) != bool(tls_key):
@@ -182,8 +191,10 @@ def sandbox(paths: tuple[str, ...], address: str, port: int, kubeconfig: str, sp
         with open(tls_cert) as f:
             ca_pem = f.read()
     box = Sandbox(documents, region=region, speed=speed, karpenter=not no_karpenter, log_level=log_level,
-                  log_stream=sys.stdout, watch_history=watch_history, ca_pem=ca_pem)
+                  log_stream=sys.stdout, watch_history=watch_history, ca_pem=ca_pem,
+                  karpenter_namespace=karpenter_namespace)
     rest = RestAPI(box.api, box.lock, box.clock, ca_pem=ca_pem, service_ips=box.service_ips)
+    rest.log_source = box.log_source
     if certs is not None:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes

@@ -6,8 +6,8 @@
 * Discovery: ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``
   (unaggregated: kubectl and client-go fall back to these when the aggregated
   ``apidiscovery.k8s.io`` form is not offered), with the subresources
-  (``pods/status``, ``pods/eviction``, ``pods/binding``, ``*/status``,
-  ``deployments/scale``, ...).
+  (``pods/status``, ``pods/eviction``, ``pods/binding``, ``pods/log``,
+  ``*/status``, ``deployments/scale``, ...).
 * OpenAPI v3: an index (``/openapi/v3``) and one document per group-version
   listing each resource's paths, their ``x-kubernetes-group-version-kind`` and
   the ``fieldValidation`` query parameter. That is what kubectl reads to send
@@ -63,6 +63,11 @@ class Served:
     def namespaced(self) -> bool:
         return self.type.namespaced
 
+    @property
+    def subresources(self) -> tuple[str, ...]:
+        """The kind's subresources, and those only the HTTP front end serves (a pod's ``log``)."""
+        return self.type.subresources + FRONT_END_SUBRESOURCES.get(self.type.kind, ())
+
 
 def _served() -> dict[tuple[str, str, str], Served]:
     out: dict[tuple[str, str, str], Served] = {}
@@ -75,6 +80,7 @@ def _served() -> dict[tuple[str, str, str], Served]:
 
 
 SERVED = _served()
+FRONT_END_SUBRESOURCES = {"Pod": ("log",)}  # served over HTTP only (karpy.sandbox.logs), not by the store
 
 # review resources: created, answered, never stored (group, version, plural, kind, namespaced)
 REVIEWS: tuple[tuple[str, str, str, str, bool], ...] = (
@@ -138,8 +144,11 @@ def resource_list(group: str, version: str) -> dict | None:
         if t.categories:
             r["categories"] = list(t.categories)
         resources.append(r)
-        for sub in t.subresources:
-            if sub == "status":
+        for sub in s.subresources:
+            if sub == "log":
+                resources.append({"name": f"{s.plural}/log", "singularName": "", "namespaced": t.namespaced,
+                                  "kind": t.kind, "verbs": ["get"]})
+            elif sub == "status":
                 resources.append({"name": f"{s.plural}/status", "singularName": "", "namespaced": t.namespaced,
                                   "kind": t.kind, "verbs": ["get", "patch", "update"]})
             elif sub == "scale":
@@ -214,8 +223,12 @@ def openapi_gv(group: str, version: str) -> dict | None:
                        "post": op("post", _WRITE_PARAMS), "delete": op("deletecollection")}
         paths[item] = {"get": op("get"), "put": op("put", _WRITE_PARAMS), "patch": op("patch", _WRITE_PARAMS),
                        "delete": op("delete", [_param("dryRun")])}
-        for sub in s.type.subresources:
-            if sub == "status":
+        for sub in s.subresources:
+            if sub == "log":
+                paths[f"{item}/log"] = {"get": op("get", [_param(p) for p in (
+                    "container", "follow", "insecureSkipTLSVerifyBackend", "limitBytes", "previous", "sinceSeconds",
+                    "sinceTime", "stream", "tailLines", "timestamps")])}
+            elif sub == "status":
                 paths[f"{item}/status"] = {"get": op("get"), "put": op("put", _WRITE_PARAMS),
                                            "patch": op("patch", _WRITE_PARAMS)}
             elif sub == "scale":

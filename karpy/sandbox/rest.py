@@ -22,7 +22,7 @@ over HTTP). It does what kube-apiserver does around its storage:
 * patches: JSON merge, strategic merge (415 for custom resources, as
   kube-apiserver answers), JSON patch, and server-side apply;
 * the ``status``, ``scale`` (autoscaling/v1 Scale), ``eviction`` (429 from a
-  PodDisruptionBudget) and ``binding`` subresources; deletion with
+  PodDisruptionBudget), ``binding`` and ``log`` (:mod:`karpy.sandbox.logs`) subresources; deletion with
   ``propagationPolicy``/``orphanDependents``/preconditions, answering the
   object or a Status as kube-apiserver does for the kind (pods are deleted
   gracefully, Namespaces go Terminating, Jobs orphan their pods by default);
@@ -79,6 +79,7 @@ from ..kube.selectors import escape_field_value, field_selector_terms, selector_
 from . import discovery as D
 from . import admission as A
 from . import fields as F
+from . import logs as LG
 from . import protobuf as P
 from . import tables as T
 from .crds import printer_columns
@@ -189,6 +190,8 @@ class RestAPI:
         self._watches_lock = threading.Lock()
         self._openapi_cache: dict[str, Any] = {}
         self._tls = threading.local()
+        # which buffer holds a container's log (karpy sandbox: Karpenter's pod); None: it writes nothing
+        self.log_source: Callable[[dict, str], Any] = lambda pod, container: None
 
     @property
     def _warnings(self) -> list[str]:
@@ -322,7 +325,7 @@ class RestAPI:
         sub = rest[2] if len(rest) > 2 else None
         if ns is not None and not served.namespaced:
             raise _NotFoundPath()
-        if sub is not None and sub not in served.type.subresources:
+        if sub is not None and sub not in served.subresources:
             raise _NotFoundPath()
         return Route(served, ns, name, sub, watch_prefix)
 
@@ -438,6 +441,10 @@ class RestAPI:
             query = dict(query, fieldSelector=_and_selector(query.get("fieldSelector"),
                                                             f"metadata.name={escape_field_value(r.name)}"))
             return self._watch(Route(s, r.namespace, None, None, True), query, headers)
+        if r.sub == "log":
+            if method != "GET":
+                raise _method_not_allowed()
+            return self._pod_log(r, query)
         if r.sub == "scale":
             return self._scale(method, r, query, headers, body)
         if r.sub in ("eviction", "binding"):
@@ -459,6 +466,24 @@ class RestAPI:
                 raise _method_not_allowed()
             return self._delete(r, query, headers, body)
         raise _method_not_allowed()
+
+    def _pod_log(self, r: Route, query: dict) -> Response:
+        """A container's log (:mod:`karpy.sandbox.logs`): the options are checked before the pod is read."""
+        opts = LG.parse_options(query, r.name or "")
+        ns = self._ns(r)
+        with self.lock:
+            pod = self.api.get("Pod", r.name, ns)
+        uid = _meta(pod).get("uid")
+
+        def alive() -> bool:
+            with self.lock:
+                p = self.api.try_get("Pod", r.name, ns)
+            return p is not None and _meta(p).get("uid") == uid
+
+        body, stream = LG.pod_log(pod, opts, self.clock.now(), self.log_source, alive, self.stopping)
+        if stream is not None:
+            return Response(200, stream=stream, content_type="text/plain")
+        return Response(200, body, "text/plain")
 
     def _ns(self, r: Route) -> str:
         return (r.namespace or "default") if r.served.namespaced else ""

@@ -26,10 +26,11 @@ from typing import Any, Iterable, TextIO
 from ..kube import errors as E
 from ..kube.registry import is_namespaced
 from ..runtime.clock import RealClock
-from ..runtime.log import Logger
+from ..runtime.log import BUFFER_BYTES, LogBuffer, Logger
 from ..simulator.sim import Simulation, _clean
 from .admission import (ServiceIPs, admit_pod, allocate_service, default_secret, default_service,
                         kubernetes_service, namespace_objects)
+from . import karpenter as K
 from .crds import installed_crds
 from .rest import SYSTEM_NAMESPACES
 from .status import WorkloadStatus
@@ -52,11 +53,15 @@ RECONCILES_PER_STEP = 1000  # reconciles the world runs before it lets requests 
 class Sandbox:
     def __init__(self, documents: Iterable[Any] = (), *, region: str | None = None, speed: float = 1.0,
                  karpenter: bool = True, log_level: str = "info", log_stream: TextIO | None = None,
-                 watch_history: int | None = None, err: TextIO | None = None, ca_pem: str | None = None):
+                 watch_history: int | None = None, err: TextIO | None = None, ca_pem: str | None = None,
+                 karpenter_namespace: str = K.DEFAULT_NAMESPACE, log_buffer_bytes: int = BUFFER_BYTES):
         self.err = err or sys.stderr
         self.clock = RealClock(speed=speed)
         self.lock = threading.RLock()
-        self.log = Logger(self.clock, level=log_level, stream=log_stream)
+        # Karpenter's lines go to stdout and, for kubectl logs, to the buffer its pod's log is read from
+        self.log_buffer = LogBuffer(log_buffer_bytes)
+        self.log = Logger(self.clock, level=log_level, stream=log_stream, buffer=self.log_buffer)
+        self.karpenter_namespace = karpenter_namespace if karpenter else None
         docs = list(documents)
         scenario = [d for d in docs if _obj(d).get("kind") == "Scenario"]
         if scenario:
@@ -78,6 +83,7 @@ class Sandbox:
         watched = set(self.mgr.watched_kinds())
         self.status = WorkloadStatus(self.mgr, self.api, self.clock)
         self.mgr.add(self.status)
+        self.mgr.add(K.ControlPlaneKubelet(self.mgr, self.api, self.clock))
         # the manager subscribed to the kinds watched when it started; this controller adds none
         assert set(self.mgr.watched_kinds()) <= watched, set(self.mgr.watched_kinds()) - watched
         self._stop = threading.Event()
@@ -101,6 +107,18 @@ class Sandbox:
         for pc in SYSTEM_PRIORITY_CLASSES:  # every cluster has these two
             if self.api.try_get("PriorityClass", pc["metadata"]["name"]) is None:
                 self.api.create(dict(pc))
+        if self.karpenter_namespace is not None:
+            self._namespace(self.karpenter_namespace)
+            for o in K.karpenter_objects(self.karpenter_namespace):
+                if self.api.try_get(o["kind"], o["metadata"]["name"], self.karpenter_namespace) is None:
+                    self.sim.apply(o)
+
+    def log_source(self, pod: dict, container: str) -> LogBuffer | None:
+        """The buffer a container's log is read from: Karpenter's lines for its pod's container."""
+        if self.karpenter_namespace is not None and container == K.CONTAINER and \
+                K.is_karpenter_pod(pod, self.karpenter_namespace):
+            return self.log_buffer
+        return None
 
     def _namespace(self, name: str, obj: dict | None = None) -> None:
         """A namespace (as given, or a plain one) and what kube-controller-manager puts in each."""
