@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from . import nodeclass, nodepool
+from . import nodeclass, nodeoverlay, nodepool
 from .schema import CRD_QUANTITY_PATTERN, NO_DEFAULT, Node, rule_cel
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
@@ -131,6 +131,17 @@ KINDS: tuple[CRDKind, ...] = (
             _col("Memory", ".status.resources.memory", priority=1),
         ),
         scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"},
+    ),
+    CRDKind(
+        kind="NodeOverlay",
+        group="karpenter.sh",
+        plural="nodeoverlays",
+        versions=("v1alpha1",),
+        storage="v1alpha1",
+        schema=nodeoverlay.NODEOVERLAY,
+        status=nodeoverlay.NODEOVERLAY_STATUS,
+        short_names=("overlays",),
+        printer_columns=(_col("Ready", _READY), _AGE, _col("Weight", ".spec.weight", "integer", priority=1)),
     ),
     CRDKind(
         kind="AKSNodeClass",

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import core, nodeclass, nodepool
+from . import core, nodeclass, nodeoverlay, nodepool
 from .schema import Ctx, Node, fmt_value, json_type, not_supported, required, walk
 
 
@@ -23,6 +23,7 @@ class KindInfo:
 _KINDS: list[KindInfo] = [
     KindInfo(("karpenter.sh/v1",), "NodePool", False, nodepool.NODEPOOL, crd=True, prepare=nodepool.prepare),
     KindInfo(("karpenter.sh/v1",), "NodeClaim", False, nodepool.NODECLAIM, crd=True, prepare=nodepool.prepare),
+    KindInfo((nodeoverlay.API_VERSION,), nodeoverlay.KIND, False, nodeoverlay.NODEOVERLAY, crd=True),
     KindInfo(
         ("karpenter.azure.com/v1alpha2", "karpenter.azure.com/v1beta1"), "AKSNodeClass", False, nodeclass.AKS_NODE_CLASS, crd=True
     ),

@@ -24,7 +24,7 @@ import yaml
 
 from ..errors import FieldError, InputError
 from ..kube.limits import MAX_DEPTH
-from . import autoscaling
+from . import autoscaling, nodeoverlay
 from .kinds import (
     BY_KIND,
     Validated,
@@ -789,6 +789,10 @@ def _finish(result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
                                             duplicate_object_message(d.kind, d.namespace, d.name, _where(seen))))
     _skip_in_apply_steps(result)
     autoscaling.apply_autoscalers(result.documents, result.autoscalers, result.errors, result.notes)
+    scenario = result.scenario
+    note = nodeoverlay.gate_off_note([d.obj for d in result.documents], scenario.obj if scenario else None)
+    if note:
+        result.notes.append(note)
 
 
 def _skip_in_apply_steps(result: LoadResult) -> None:

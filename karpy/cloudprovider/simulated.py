@@ -280,6 +280,7 @@ class SimulatedCloudProvider:
         self.ice: dict[tuple[str, str, str], float] = {}
         self.ice_version = 0
         self._cand_cache: dict[tuple, tuple[Any, list]] = {}
+        self.overlays: Any = None  # the NodeOverlays' OverlayStore (karpy/cloudprovider/overlay.py), gate on
 
     # --- catalogs ----------------------------------------------------------------------------
     def catalog(self, nodeclass_ref: dict | None) -> CatalogProvider:
@@ -301,21 +302,23 @@ class SimulatedCloudProvider:
     def ice_key(self) -> tuple:
         """Changes whenever the set of offerings known to be out of capacity changes."""
         now = self.clock.now()
-        return tuple(sorted(k for k, t in self.ice.items() if t > now))
+        key = tuple(sorted(k for k, t in self.ice.items() if t > now))
+        return key if self.overlays is None else (*key, ("overlays", self.overlays.version))
 
     def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:
         ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         cat = self.catalog(ref)
         types = cat.instance_types(self.cloud.region_for(cat), nodeclass)
+        if self.overlays is not None:
+            types = self.overlays.apply((nodepool.get("metadata") or {}).get("name") or "", types)
         now = self.clock.now()
         if not any(t > now for t in self.ice.values()):
             return types
         out = []
         for it in types:
             if any(self._unavailable(it, o) for o in it.offerings):
-                it = InstanceType(it.name, it.labels, it.capacity, it.overhead,
-                                  [replace(o, available=o.available and not self._unavailable(it, o))
-                                   for o in it.offerings])
+                it = replace(it, offerings=[replace(o, available=o.available and not self._unavailable(it, o))
+                                            for o in it.offerings])
             out.append(it)
         return out
 
@@ -342,7 +345,8 @@ class SimulatedCloudProvider:
         allowed = reqs.get(LABEL_INSTANCE_TYPE)
         region = self.cloud.region_for(cat)
         name = nodeclaim["metadata"]["name"]
-        for cand in self._candidates(cat, region, nodeclass, reqs, allowed):
+        nodepool = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL) or ""
+        for cand in self._candidates(cat, region, nodeclass, reqs, allowed, nodepool):
             it, o = cand.instance_type, cand.offering
             labels = self._labels(nodeclaim, reqs, it, o, cat, region)
             inst = self.cloud.run_instance(nodeclaim, it, o, cat, nodeclass, labels)
@@ -359,14 +363,18 @@ class SimulatedCloudProvider:
             return self._as_nodeclaim(nodeclaim, inst)
         raise InsufficientCapacityError("all requested instance types were unavailable during launch")
 
-    def _candidates(self, cat: CatalogProvider, region: str, nodeclass: dict, reqs: Requirements, allowed) -> list:
+    def _candidates(self, cat: CatalogProvider, region: str, nodeclass: dict, reqs: Requirements, allowed,
+                    nodepool: str = "") -> list:
         """Launch candidates, remembered for identical requests while no offering's availability changes
-        (NodeClaims computed together often ask for the same instance types)."""
-        key = (cat.name, region, id(nodeclass.get("spec")), reqs.signature(), self.ice_key())
+        (NodeClaims computed together often ask for the same instance types). With NodeOverlays, ranked by
+        the NodePool's overlaid prices, as upstream's AWS and Azure providers launch."""
+        key = (cat.name, region, id(nodeclass.get("spec")), reqs.signature(), self.ice_key(), nodepool)
         hit = self._cand_cache.get(key)
         if hit is not None and hit[0] is nodeclass.get("spec"):
             return hit[1]
         types = [it for it in cat.instance_types(region, nodeclass) if allowed.has(it.name)]
+        if self.overlays is not None and nodepool:
+            types = self.overlays.apply(nodepool, types)
         cands = launch_candidates(reqs, types, self._unavailable)
         if len(self._cand_cache) > 2000:
             self._cand_cache.clear()

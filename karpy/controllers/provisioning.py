@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import resources as res
 from ..api import labels as api_labels
+from ..cloudprovider.overlay import overlay_annotations
 from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
 from ..disruption.candidates import currently_reschedulable
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
@@ -453,6 +454,7 @@ class Provisioner:
         annotations = {str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("annotations") or {}).items()}
         annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool, memo=True), NODEPOOL_HASH_VERSION: HASH_VERSION,
                             NODECLASS_HASH: nodeclass_hash(nodeclass, memo=True)})
+        annotations.update(overlay_annotations(nc.instance_types))
         reqs = [r for r in nc.requirements.to_node_selector() if r["key"] != LABEL_HOSTNAME]
         spec: dict[str, Any] = {
             "nodeClassRef": dict(tspec.get("nodeClassRef") or {}),

@@ -20,7 +20,7 @@ from .history import ClaimLife
 from .sim import Simulation
 
 PREFIX = "Failed to schedule pod, "
-OUTPUT_KINDS = ("NodePool", "NodeClaim", "Node", "Pod", "PodDisruptionBudget")
+OUTPUT_KINDS = ("NodePool", "NodeOverlay", "NodeClaim", "Node", "Pod", "PodDisruptionBudget")
 
 
 def _price(x: float) -> str:
