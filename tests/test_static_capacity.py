@@ -215,3 +215,26 @@ def test_static_drift_waits_for_room_under_the_node_limit(tmp_path):
     summary, _ = simulate(tmp_path, NODECLASS, nodepool(2, extra="  limits: {nodes: 2}\n"), scenario(steps))
     assert summary["disruptions"] == []
     assert len(summary["nodeClaims"]) == 2
+
+
+DRIFT_TO_C4 = """  - patch:
+      kind: NodePool
+      name: static
+      merge: {spec: {template: {metadata: {labels: {team: blue}}}}}
+  - advance: 30m
+"""
+
+
+def test_static_drift_respects_a_one_node_budget(tmp_path):
+    budget = "  disruption: {budgets: [{nodes: \"1\"}]}\n"
+    summary, _ = simulate(tmp_path, NODECLASS, nodepool(3, extra=budget), scenario(DRIFT_TO_C4))
+    drifts = summary["disruptions"]
+    assert len(drifts) == 3 and len(alive(summary)) == 3
+    for before, after in zip(drifts, drifts[1:]):
+        assert after["startedAt"] >= before["finishedAt"]  # one node at a time
+        assert after["budget"] == {"allowed": 1, "disrupting": 0}
+
+
+def test_a_static_nodepool_of_zero_replicas_has_nothing_to_drift(tmp_path):
+    summary, _ = simulate(tmp_path, NODECLASS, nodepool(0), scenario(DRIFT_TO_C4))
+    assert summary["nodeClaims"] == [] and summary["disruptions"] == []
