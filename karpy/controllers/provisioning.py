@@ -36,6 +36,11 @@ from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODE
 from ..kube.port import DELETED
 from ..provisioning.templates import build_template
 from ..runtime.events import ref
+
+# upstream's NodePool event and pod error when a NodePool's requirements leave no available instance type
+NO_COMPATIBLE_INSTANCE_TYPES = "NoCompatibleInstanceTypes"
+NO_COMPATIBLE_MESSAGE = "NodePool requirements filtered out all compatible available instance types"
+FILTERED_OUT_ERROR = "nodepool requirements filtered out all available instance types"
 from ..runtime.log import go_duration, pretty_slice
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
 from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
@@ -200,6 +205,11 @@ class Provisioner:
                 types = env.cloud.get_instance_types(np, nodeclass)
                 base = build_template(np, types, daemons, {}, env.cloud.well_known_labels(np))
                 self._tpl_cache[name] = (key, base)
+            if not base.instance_types:  # upstream's scheduler drops the NodePool and says so on it
+                env.recorder.publish(ref(np), NO_COMPATIBLE_INSTANCE_TYPES, NO_COMPATIBLE_MESSAGE, "Warning",
+                                     dedupe=60.0)
+                problems[name] = f'incompatible with nodepool "{name}", {FILTERED_OUT_ERROR}'
+                continue
             limits = res.parse_resource_list((np.get("spec") or {}).get("limits"))
             tpl = base
             if limits:
@@ -389,7 +399,11 @@ class Provisioner:
             e = c.pods.get(key)
             if e is None:
                 continue
-            extra = "; ".join(problems.values())
+            others = list(problems.values())
+            if why == "no nodepools found" and any(p.endswith(FILTERED_OUT_ERROR) for p in others):
+                why = FILTERED_OUT_ERROR  # NodePools exist; their requirements left no instance type (upstream's error)
+                others = [p for p in others if not p.endswith(FILTERED_OUT_ERROR)]
+            extra = "; ".join(others)
             msg = why if not extra else (f"{why}; {extra}" if why else extra)
             if self._messages.get(key) != msg:
                 env.recorder.publish(ref(e.obj), "FailedScheduling", f"Failed to schedule pod, {msg}", "Warning")
