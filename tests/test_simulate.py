@@ -53,7 +53,7 @@ PROVIDER_LABEL = {  # one label each provider's nodes must carry
     "karpenter.k8s.aws": "karpenter.k8s.aws/instance-family",
     "karpenter.kwok.sh": "karpenter.kwok.sh/instance-family",
 }
-DISRUPTION_REASONS = {None, "Empty", "Underutilized", "Drifted", "Expired", "Interrupted"}
+DISRUPTION_REASONS = {None, "Empty", "Underutilized", "Drifted", "Expired", "Interrupted", "Unhealthy"}
 SUMMARY_CLAIM_FIELDS = {
     "name", "nodePool", "instanceType", "capacityType", "zone", "arch", "pricePerHour",
     "createdAt", "deletedAt", "disruptionReason", "launchFailed",
