@@ -247,3 +247,27 @@ class FaultInjector:
                 {"InstanceType": t, "AvailabilityZone": z, "SpotPrice": f"{p:.6f}", "ProductDescription": "Linux/UNIX",
                  "Timestamp": "2026-01-01T00:00:00Z"} for (t, z), p in self.spot_prices.items()]
             parsed.pop("NextToken", None)
+
+
+@pytest.fixture(scope="module")
+def ec2_catalog(moto_server):
+    """moto's DescribeInstanceTypes takes seconds over HTTP and never changes: loaded once per module."""
+    from karpy.cloudprovider.ec2.clients import Clients
+    from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+
+    mp = pytest.MonkeyPatch()
+    for k, v in aws_environ(moto_server.url).items():
+        mp.setenv(k, v)
+    try:
+        its = InstanceTypes(Clients(max_attempts=1), REGION)
+        its.update_types()
+        its.update_offerings()
+    finally:
+        mp.undo()
+    return its.infos, its.zones
+
+
+def preload(its, catalog) -> None:
+    """Give an InstanceTypes the module's loaded types and zones (its prices still come from the account)."""
+    its.infos, its.zones = catalog
+    its.refreshed["types"] = its.refreshed["offerings"] = its.now()
