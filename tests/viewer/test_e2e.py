@@ -102,7 +102,8 @@ class Tmux:
 def test_seed_command_in_a_real_terminal(workshop):
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed: the terminal test needs it (apt-get install tmux)")
-    env = {**workshop.env, "TERM": "xterm-256color"}
+    # the terminal's own size, not a COLUMNS/LINES some other test runner left in the environment
+    env = {**{k: v for k, v in workshop.env.items() if k not in ("COLUMNS", "LINES")}, "TERM": "xterm-256color"}
     t = Tmux(env, str(workshop.tmp))
     # the screen is drawn on the terminal itself (Textual writes to stderr): nothing is redirected
     cmd = " ".join(viewer_cmd(*SEED)) + f"; echo exited $? > {workshop.tmp}/viewer.rc; sleep 30"
