@@ -1,0 +1,461 @@
+"""karpy's AWS CloudProvider: launch templates, CreateFleet, instances, drift, and its own controllers.
+
+* **Create**: the NodeClass must be Ready (else NodeClassNotReadyError). The NodeClaim's offerings are
+  ordered as upstream does (:func:`karpy.provisioning.launch.launch_candidates`: reserved, then spot, then
+  on-demand; exotic types dropped), truncated to 60 types, grouped by the AMI each type matches, one launch
+  template per group named ``karpenter.k8s.aws/<digest of its options>``; ``CreateFleet`` type ``instant``
+  with one override per (type, zone subnet) and Priority = price, lowest-price on-demand or
+  price-capacity-optimized spot, and upstream's tags on the instance, its volumes and the fleet. Fleet errors
+  with a capacity code mark the offering unavailable for 3 minutes (``InsufficientFreeAddressesInSubnet`` its
+  subnet); no instance at all is InsufficientCapacityError when every error is a capacity one, else
+  :class:`LaunchError` with upstream's reason.
+* **Get / List / Delete** through DescribeInstances (tags ``karpenter.sh/nodepool``,
+  ``karpenter.k8s.aws/ec2nodeclass``, ``eks:eks-cluster-name``) and TerminateInstances.
+* **Drift**: AMI (the instance's image is no longer among the NodeClass's), subnet, security groups (when the
+  instance reports any); the static hash is judged by karpy's engine.
+* Controllers: :class:`NodeClassController` (status, hash annotations, finalizer cleanup of instance
+  profiles and launch templates) and :class:`InstanceGC` (instances no NodeClaim knows, after 30 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from typing import Any, Callable
+
+from ...scheduling.requirements import Requirements
+from ..provider import CloudProviderError, InsufficientCapacityError, NodeClaimNotFoundError, NodeClassNotReadyError
+from ..types import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_REGION,
+    LABEL_ZONE,
+    InstanceType,
+    Offering,
+)
+from .. import aws as static
+from .clients import ICE_CODES, LAUNCH_REASONS, error_code, error_message, is_not_found
+from .nodeclass import HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, hash_annotations
+from .userdata import Bootstrap, render
+
+ICE_TTL = 180.0
+MAX_TYPES = 60
+LT_PREFIX = "karpenter.k8s.aws/"
+TAG_NODEPOOL = "karpenter.sh/nodepool"
+TAG_NODECLAIM = "karpenter.sh/nodeclaim"
+TAG_NODECLASS = "karpenter.k8s.aws/ec2nodeclass"
+TAG_CLUSTER_NAME = "eks:eks-cluster-name"
+PROFILE_ANNOTATION = "karpenter.k8s.aws/instance-profile-name"
+PRICE_ANNOTATION = "karpy.dev/price-per-hour"
+LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+class LaunchError(CloudProviderError):
+    """CreateFleet launched nothing for a reason other than capacity (upstream's CreateError)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+def provider_id(zone: str, instance_id: str) -> str:
+    return f"aws:///{zone}/{instance_id}"
+
+
+def instance_id_of(pid: str) -> str:
+    return pid.rsplit("/", 1)[-1]
+
+
+def digest(value: Any) -> str:
+    """A stable digest of JSON-able options (the same in every process, unlike Python's hash())."""
+    return str(int(hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16], 16))
+
+
+def _matches(reqs: list[dict], it: InstanceType) -> bool:
+    for r in reqs:
+        v = it.labels.get(r["key"])
+        op = r["operator"]
+        if op == "In" and v not in (r.get("values") or ()):
+            return False
+        if op == "Exists" and v in (None, "0"):
+            return False
+        if op == "DoesNotExist" and v not in (None, "0"):
+            return False
+    return True
+
+
+class EC2CloudProvider:
+    name = "aws"
+
+    def __init__(self, clients: Any, settings: Any, instance_types: Any, nodeclass_lookup: Callable[[str, str], dict | None],
+                 cluster: Callable[[], dict], now: Callable[[], float] = time.time, recorder: Any = None, log: Any = None):
+        self.c = clients
+        self.settings = settings
+        self.types = instance_types
+        self.lookup = nodeclass_lookup
+        self.cluster = cluster  # {"endpoint", "ca", "cidr", "dns"}
+        self.now = now
+        self.recorder = recorder
+        self.log = log
+        self.ice: dict[tuple[str, str, str], float] = {}
+        self.ice_seq = 0
+        self.lts: dict[str, float] = {}  # launch template name -> last use
+        self.launched: dict[str, float] = {}  # instance id -> launch time (this process)
+        self.lock = threading.RLock()
+        self._interruptions: list[dict] = []
+        self._subscribers: list[Callable[[], None]] = []
+        self._recreate: dict[str, Callable[[], None]] = {}  # launch template name -> create it again
+
+    # --- catalog ----------------------------------------------------------------------------------
+    def serves(self, ref: dict | None) -> bool:
+        return ((ref or {}).get("kind") or "EC2NodeClass") == "EC2NodeClass"
+
+    def _nodeclass(self, ref: dict | None) -> dict | None:
+        return self.lookup("EC2NodeClass", (ref or {}).get("name", ""))
+
+    def unavailable(self, name: str, zone: str, ct: str) -> bool:
+        t = self.ice.get((ct, name, zone))
+        return t is not None and t > self.now()
+
+    def ice_key(self) -> tuple:
+        now = self.now()
+        return tuple(sorted(k for k, t in self.ice.items() if t > now))
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        with self.lock:
+            self.ice[(capacity_type, instance_type, zone)] = self.now() + ICE_TTL
+            self.ice_seq += 1
+
+    def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:
+        self.types.refresh()
+        return self.types.list(nodeclass, self.unavailable)
+
+    def well_known_labels(self, nodepool: dict) -> frozenset[str]:
+        return static.AWSProvider.WELL_KNOWN_LABELS
+
+    def registration_delay(self, ref: dict | None, nodeclass: dict | None) -> float:
+        return static.AWSProvider.DEFAULT_REGISTRATION_DELAY
+
+    # --- launch -----------------------------------------------------------------------------------
+    def create(self, nodeclaim: dict) -> dict:
+        spec = nodeclaim.get("spec") or {}
+        ref = spec.get("nodeClassRef") or {}
+        nc = self._nodeclass(ref)
+        if nc is None:
+            raise InsufficientCapacityError(f'resolving node class from nodeclaim, EC2NodeClass "{ref.get("name", "")}" not found')
+        ready = next((c for c in (nc.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None)
+        if ready is None or ready.get("status") != "True":
+            raise NodeClassNotReadyError(f'EC2NodeClass "{ref.get("name")}" is not ready'
+                                         + (f": {ready.get('message')}" if ready and ready.get("message") else ""))
+        from ...provisioning.launch import launch_candidates
+
+        reqs = Requirements.from_node_selector(spec.get("requirements") or ())
+        allowed = reqs.get(LABEL_INSTANCE_TYPE)
+        types = [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
+        cands = launch_candidates(reqs, types, lambda it, o: self.unavailable(it.name, o.zone, o.capacity_type))
+        if not cands:
+            raise InsufficientCapacityError("all requested instance types were unavailable during launch")
+        names: list[str] = []
+        for cand in cands:
+            if cand.instance_type.name not in names:
+                names.append(cand.instance_type.name)
+        names = names[:MAX_TYPES]
+        cands = [c for c in cands if c.instance_type.name in names]
+        ct = cands[0].offering.capacity_type
+        status = nc.get("status") or {}
+        subnet_by_zone: dict[str, dict] = {}
+        for s in status.get("subnets") or ():  # ordered by free addresses: the first per zone
+            subnet_by_zone.setdefault(s["zone"], s)
+        labels_base = self._launch_labels(nodeclaim, reqs)
+        tags = self._tags(nodeclaim, nc)
+        configs: dict[str, dict] = {}
+        for cand in cands:
+            it, o = cand.instance_type, cand.offering
+            subnet = subnet_by_zone.get(o.zone)
+            ami = next((a for a in status.get("amis") or () if _matches(a.get("requirements") or [], it)), None)
+            if subnet is None or ami is None:
+                continue
+            lt = self._ensure_launch_template(nc, ami["id"], it, labels_base, spec, tags)
+            configs.setdefault(lt, {"LaunchTemplateSpecification": {"LaunchTemplateName": lt, "Version": "$Latest"},
+                                    "Overrides": []})["Overrides"].append(
+                {"InstanceType": it.name, "SubnetId": subnet["id"], "ImageId": ami["id"], "AvailabilityZone": o.zone,
+                 "Priority": round(o.price, 6)})
+        if not configs:
+            raise InsufficientCapacityError("no subnet or AMI for any offering of the requested instance types")
+        req: dict[str, Any] = {
+            "Type": "instant", "LaunchTemplateConfigs": list(configs.values()),
+            "TargetCapacitySpecification": {"TotalTargetCapacity": 1,
+                                            "DefaultTargetCapacityType": "spot" if ct == "spot" else "on-demand"},
+            "TagSpecifications": [{"ResourceType": r, "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}
+                                  for r in ("instance", "volume", "fleet")]}
+        if ct == "spot":
+            req["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        else:
+            req["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        if spec.get("context") or (nc.get("spec") or {}).get("context"):
+            req["Context"] = (nc.get("spec") or {}).get("context")
+        out = self._create_fleet(req)
+        inst = next(iter(out.get("Instances") or ()), None)
+        self._handle_fleet_errors(out.get("Errors") or [], ct)
+        if not inst or not inst.get("InstanceIds"):
+            errs = out.get("Errors") or []
+            if errs and all(e.get("ErrorCode") in ICE_CODES for e in errs) or not errs:
+                raise InsufficientCapacityError("; ".join(sorted({f"{e.get('ErrorCode')}: {e.get('ErrorMessage')}" for e in errs}))
+                                                or "CreateFleet launched no instance")
+            e = errs[0]
+            raise LaunchError(LAUNCH_REASONS.get(e.get("ErrorCode", ""), "LaunchFailed"), e.get("ErrorMessage", ""))
+        iid = inst["InstanceIds"][0]
+        ov = (inst.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        it = next(t for t in types if t.name == (ov.get("InstanceType") or inst.get("InstanceType")))
+        zone = ov.get("AvailabilityZone") or next(c.offering.zone for c in cands if c.instance_type.name == it.name)
+        offering = next((c.offering for c in cands if c.instance_type.name == it.name and c.offering.zone == zone), cands[0].offering)
+        with self.lock:
+            self.launched[iid] = self.now()
+        return self._as_nodeclaim(nodeclaim["metadata"]["name"], iid, it, offering, ov.get("ImageId", ""),
+                                  labels_base, nc)
+
+    def _create_fleet(self, req: dict) -> dict:
+        try:
+            return self.c.ec2.create_fleet(**req)
+        except Exception as e:  # noqa: BLE001
+            if error_code(e) != "InvalidLaunchTemplateName.NotFoundException":
+                raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
+        with self.lock:  # a launch template was deleted under us: create it again, retry once
+            self.lts.clear()
+        for cfg in req["LaunchTemplateConfigs"]:
+            self._recreate.get(cfg["LaunchTemplateSpecification"]["LaunchTemplateName"], lambda: None)()
+        return self.c.ec2.create_fleet(**req)
+
+    def _handle_fleet_errors(self, errors: list[dict], ct: str) -> None:
+        for e in errors:
+            code = e.get("ErrorCode", "")
+            ov = (e.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+            if code in ICE_CODES and ov.get("InstanceType") and ov.get("AvailabilityZone"):
+                self.mark_unavailable(ov["InstanceType"], ov["AvailabilityZone"], ct)
+                if self.log is not None:
+                    self.log.info("removing offering from offerings", controller="cloudprovider", reason=code,
+                                  instance_type=ov["InstanceType"], zone=ov["AvailabilityZone"], capacity_type=ct, ttl="3m0s")
+            elif code == "AuthFailure.ServiceLinkedRoleCreationNotPermitted":
+                for it in self.types.infos:
+                    for z in {z for zs in self.types.zones.values() for z in zs}:
+                        self.ice[("spot", it, z)] = self.now() + ICE_TTL
+                self.ice_seq += 1
+
+    def _launch_labels(self, nodeclaim: dict, reqs: Requirements) -> dict[str, str]:
+        labels = dict((nodeclaim.get("metadata") or {}).get("labels") or {})
+        labels.update(reqs.labels())
+        return labels
+
+    def _tags(self, nodeclaim: dict, nc: dict) -> dict[str, str]:
+        name = self.settings.cluster_name
+        labels = (nodeclaim.get("metadata") or {}).get("labels") or {}
+        return {**{str(k): str(v) for k, v in ((nc.get("spec") or {}).get("tags") or {}).items()},
+                f"kubernetes.io/cluster/{name}": "owned", TAG_CLUSTER_NAME: name,
+                TAG_NODEPOOL: labels.get(LABEL_NODEPOOL, ""), TAG_NODECLASS: nc["metadata"]["name"],
+                TAG_NODECLAIM: nodeclaim["metadata"]["name"]}
+
+    def _ensure_launch_template(self, nc: dict, ami: str, it: InstanceType, labels: dict, claim_spec: dict,
+                                tags: dict) -> str:
+        spec = nc.get("spec") or {}
+        status = nc.get("status") or {}
+        family = static.ami_family_name(nc)
+        kubelet = spec.get("kubelet") or {}
+        max_pods = it.capacity.get("pods")
+        cluster = self.cluster()
+        node_labels = {k: v for k, v in labels.items() if not (k.startswith("kubernetes.io/") or ".kubernetes.io/" in k
+                                                              or k.startswith("k8s.io/") or ".k8s.io/" in k)}
+        node_labels[LABEL_CAPACITY_TYPE] = labels.get(LABEL_CAPACITY_TYPE, "")
+        node_labels.pop(LABEL_CAPACITY_TYPE) if not node_labels[LABEL_CAPACITY_TYPE] else None
+        if family != "Custom":
+            node_labels["karpenter.sh/do-not-sync-taints"] = "true"
+        taints = [*(claim_spec.get("taints") or ()), *(claim_spec.get("startupTaints") or ()),
+                  {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
+        boot = Bootstrap(self.settings.cluster_name, cluster.get("endpoint", ""), cluster.get("ca", ""), cluster.get("cidr"),
+                         node_labels, taints, max_pods,
+                         {k: v for k, v in kubelet.items() if k not in ("maxPods",)}, cluster.get("dns"), spec.get("userData"))
+        meta = spec.get("metadataOptions") or {}
+        data = {
+            "ImageId": ami, "UserData": render(family, boot),
+            "IamInstanceProfile": {"Name": status.get("instanceProfile", "")},
+            "MetadataOptions": {"HttpEndpoint": meta.get("httpEndpoint", "enabled"),
+                                "HttpProtocolIpv6": meta.get("httpProtocolIPv6", "disabled"),
+                                "HttpPutResponseHopLimit": int(meta.get("httpPutResponseHopLimit", 1)),
+                                "HttpTokens": meta.get("httpTokens", "required"), "InstanceMetadataTags": "disabled"},
+            "NetworkInterfaces": [{"DeviceIndex": 0, "Groups": [g["id"] for g in status.get("securityGroups") or ()],
+                                   **({"AssociatePublicIpAddress": spec["associatePublicIPAddress"]}
+                                      if spec.get("associatePublicIPAddress") is not None else {})}],
+            "BlockDeviceMappings": [{"DeviceName": b.get("deviceName"), "Ebs": {
+                k2: v for k2, v in {"VolumeSize": _gib((b.get("ebs") or {}).get("volumeSize")),
+                                    "VolumeType": (b.get("ebs") or {}).get("volumeType"),
+                                    "Encrypted": (b.get("ebs") or {}).get("encrypted"),
+                                    "DeleteOnTermination": (b.get("ebs") or {}).get("deleteOnTermination")}.items()
+                if v is not None}} for b in spec.get("blockDeviceMappings") or ()]
+            or [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True}}],
+            "Monitoring": {"Enabled": bool(spec.get("detailedMonitoring"))},
+            "TagSpecifications": [{"ResourceType": "network-interface",
+                                   "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items()) if k != TAG_NODECLAIM]}],
+        }
+        name = LT_PREFIX + digest(data)
+        with self.lock:
+            if name in self.lts:
+                self.lts[name] = self.now()
+                return name
+
+        def create() -> None:
+            try:
+                self.c.ec2.create_launch_template(
+                    LaunchTemplateName=name, LaunchTemplateData=data,
+                    TagSpecifications=[{"ResourceType": "launch-template", "Tags": [
+                        {"Key": k, "Value": v} for k, v in sorted(tags.items()) if k not in (TAG_NODECLAIM, TAG_NODEPOOL)]}])
+            except Exception as e:  # noqa: BLE001
+                if error_code(e) != "InvalidLaunchTemplateName.AlreadyExistsException":
+                    raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
+
+        try:
+            self.c.ec2.describe_launch_templates(LaunchTemplateNames=[name])
+        except Exception as e:  # noqa: BLE001
+            if not is_not_found(e):
+                raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
+            create()
+        self._recreate[name] = create
+        with self.lock:
+            self.lts[name] = self.now()
+        return name
+
+    def _as_nodeclaim(self, name: str, iid: str, it: InstanceType, o: Offering, image: str, labels: dict,
+                      nc: dict | None) -> dict:
+        from ...resources import format_resource_list
+
+        zone_ids = {s["zone"]: s.get("zoneID", "") for s in ((nc or {}).get("status") or {}).get("subnets") or ()}
+        out_labels = {**labels, **it.labels, LABEL_ZONE: o.zone, LABEL_CAPACITY_TYPE: o.capacity_type,
+                      LABEL_REGION: self.c.region, static.LABEL_INSTANCE_TENANCY: "default"}
+        if zone_ids.get(o.zone):
+            out_labels[static.LABEL_TOPOLOGY_ZONE_ID] = zone_ids[o.zone]
+        ann = {PRICE_ANNOTATION: f"{o.price:.4f}"}
+        if nc is not None:
+            ann.update(hash_annotations(nc))
+            if ((nc.get("status") or {}).get("instanceProfile")):
+                ann[PROFILE_ANNOTATION] = nc["status"]["instanceProfile"]
+        return {"metadata": {"name": name, "labels": out_labels, "annotations": ann},
+                "status": {"providerID": provider_id(o.zone, iid), "imageID": image,
+                           "capacity": format_resource_list(it.capacity),
+                           "allocatable": format_resource_list(it.allocatable)}}
+
+    # --- get / list / delete ----------------------------------------------------------------------
+    def _describe(self, **kw: Any) -> list[dict]:
+        out = []
+        for page in self.c.ec2.get_paginator("describe_instances").paginate(**kw):
+            for r in page.get("Reservations", []):
+                out.extend(r.get("Instances", []))
+        return out
+
+    def _instance(self, pid: str) -> dict:
+        try:
+            found = self._describe(InstanceIds=[instance_id_of(pid)],
+                                   Filters=[{"Name": "instance-state-name", "Values": LIVE_STATES}])
+        except Exception as e:  # noqa: BLE001
+            if is_not_found(e):
+                raise NodeClaimNotFoundError(f"instance {pid} not found") from None
+            raise
+        if not found:
+            raise NodeClaimNotFoundError(f"instance {pid} not found")
+        return found[0]
+
+    def _instance_claim(self, inst: dict) -> dict:
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or ()}
+        zone = (inst.get("Placement") or {}).get("AvailabilityZone", "")
+        spot = inst.get("SpotInstanceRequestId") or inst.get("InstanceLifecycle") == "spot"
+        labels = {LABEL_INSTANCE_TYPE: inst.get("InstanceType", ""), LABEL_ZONE: zone,
+                  LABEL_CAPACITY_TYPE: "spot" if spot else "on-demand", LABEL_NODEPOOL: tags.get(TAG_NODEPOOL, "")}
+        meta: dict[str, Any] = {"name": tags.get(TAG_NODECLAIM, ""), "labels": labels}
+        if (inst.get("State") or {}).get("Name") in ("shutting-down", "terminated"):
+            meta["deletionTimestamp"] = "terminating"
+        return {"metadata": meta, "status": {"providerID": provider_id(zone, inst["InstanceId"]),
+                                             "imageID": inst.get("ImageId", "")},
+                "_instance": inst}
+
+    def get(self, pid: str) -> dict:
+        c = self._instance_claim(self._instance(pid))
+        c.pop("_instance")
+        return c
+
+    def list(self) -> list[dict]:
+        out = []
+        for inst in self._describe(Filters=[{"Name": "tag-key", "Values": [TAG_NODEPOOL]},
+                                            {"Name": "tag-key", "Values": [TAG_NODECLASS]},
+                                            {"Name": f"tag:{TAG_CLUSTER_NAME}", "Values": [self.settings.cluster_name]},
+                                            {"Name": "instance-state-name", "Values": LIVE_STATES}]):
+            c = self._instance_claim(inst)
+            c["launchTime"] = inst.get("LaunchTime")
+            c.pop("_instance")
+            out.append(c)
+        return out
+
+    def delete(self, nodeclaim: dict) -> None:
+        pid = (nodeclaim.get("status") or {}).get("providerID") or ""
+        inst = self._instance(pid)
+        if (inst.get("State") or {}).get("Name") == "shutting-down":
+            return
+        try:
+            self.c.ec2.terminate_instances(InstanceIds=[inst["InstanceId"]])
+        except Exception as e:  # noqa: BLE001
+            if is_not_found(e):
+                raise NodeClaimNotFoundError(f"instance {pid} not found") from None
+            raise
+        if self.log is not None:
+            self.log.info("terminated instance", controller="cloudprovider", **{"provider-id": pid})
+
+    def offering_of(self, pid: str) -> None:
+        return None
+
+    # --- drift ------------------------------------------------------------------------------------
+    def is_drifted(self, nodeclaim: dict, nodeclass: dict | None) -> str | None:
+        if nodeclass is None:
+            return None
+        status = nodeclass.get("status") or {}
+        pid = (nodeclaim.get("status") or {}).get("providerID") or ""
+        ann = (nodeclaim.get("metadata") or {}).get("annotations") or {}
+        if ann.get(HASH_VERSION_ANNOTATION) == HASH_VERSION and ann.get(HASH_ANNOTATION) is not None and \
+                ann[HASH_ANNOTATION] != hash_annotations(nodeclass)[HASH_ANNOTATION]:
+            return "NodeClassDrift"
+        try:
+            inst = self._instance(pid)
+        except NodeClaimNotFoundError:
+            return None
+        amis = {a["id"] for a in status.get("amis") or ()}
+        if amis and inst.get("ImageId") not in amis:
+            return "AMIDrift"
+        subnets = {s["id"] for s in status.get("subnets") or ()}
+        if subnets and inst.get("SubnetId") and inst["SubnetId"] not in subnets:
+            return "SubnetDrift"
+        groups = {g["GroupId"] for g in inst.get("SecurityGroups") or ()}
+        want = {g["id"] for g in status.get("securityGroups") or ()}
+        if groups and want and groups != want:  # an instance always has a group; none reported is "unknown"
+            return "SecurityGroupDrift"
+        return None
+
+    # --- interruption -----------------------------------------------------------------------------
+    def subscribe_interruptions(self, callback: Callable[[], None]) -> None:
+        self._subscribers.append(callback)
+
+    def push_interruption(self, msg: dict) -> None:
+        with self.lock:
+            self._interruptions.append(msg)
+        for fn in self._subscribers:
+            fn()
+
+    def interruption_messages(self) -> list[dict]:
+        with self.lock:
+            out, self._interruptions = self._interruptions, []
+        return out
+
+
+def _gib(v: Any) -> int | None:
+    if v is None:
+        return None
+    from ...resources import to_units
+
+    return -(-to_units("ephemeral-storage", v) // 2**30)

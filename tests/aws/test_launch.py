@@ -1,0 +1,108 @@
+"""Launch through CreateFleet against moto: launch templates, overrides, tags, capacity errors, get/list/delete, drift."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from karpy.cloudprovider.ec2.clients import Clients
+from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+from karpy.cloudprovider.ec2.nodeclass import NodeClassResolver
+from karpy.cloudprovider.ec2.provider import EC2CloudProvider
+from karpy.cloudprovider.ec2.settings import AWSSettings
+from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClaimNotFoundError, NodeClassNotReadyError
+
+from .conftest import CLUSTER, K8S, REGION, SSM_ROOT, FaultInjector, nodeclass, preload
+
+
+@pytest.fixture
+def env(account, ec2_catalog):
+    c = Clients(max_attempts=1)
+    faults = FaultInjector(c.ec2)
+    nc = nodeclass()
+    nc["status"] = NodeClassResolver(c, CLUSTER, lambda: K8S, SSM_ROOT, lambda: "172.20.0.0/16").resolve(nc).status
+    nc["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    its = InstanceTypes(c, REGION)
+    preload(its, ec2_catalog)
+    its.refreshed["spot"] = its.refreshed["on-demand"] = its.now()
+    cluster = {"endpoint": "https://example.eks.amazonaws.com", "ca": base64.b64encode(b"CA").decode(),
+               "cidr": "172.20.0.0/16", "dns": "172.20.0.10"}
+    p = EC2CloudProvider(c, AWSSettings(CLUSTER), its, lambda kind, name: nc, lambda: cluster)
+    return p, nc, faults, account
+
+
+def claim(name="nc-1", arch="arm64", types=("m7g.large", "c7g.large", "m6g.large"), ct="on-demand"):
+    return {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "graviton"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(types)},
+                                      {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]},
+                                      {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [ct]},
+                                      {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["graviton"]}]}}
+
+
+def test_launches_the_cheapest_graviton_type_with_upstreams_tags(env):
+    p, nc, faults, account = env
+    out = p.create(claim())
+    pid = out["status"]["providerID"]
+    assert pid.startswith("aws:///us-west-2") and "/i-" in pid
+    (inst,) = account.instances()
+    assert inst["InstanceType"] == "c7g.large"  # the cheapest of the three on-demand
+    assert inst["ImageId"] == "ami-0a2023arm00000002"
+    tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+    assert tags == {"karpenter.sh/nodepool": "graviton", "karpenter.sh/nodeclaim": "nc-1",
+                    "karpenter.k8s.aws/ec2nodeclass": "default", f"kubernetes.io/cluster/{CLUSTER}": "owned",
+                    "eks:eks-cluster-name": CLUSTER}
+    req = faults.calls["CreateFleet"][-1]
+    assert req["Type"] == "instant" and req["OnDemandOptions"] == {"AllocationStrategy": "lowest-price"}
+    overrides = [o for cfg in req["LaunchTemplateConfigs"] for o in cfg["Overrides"]]
+    assert {o["InstanceType"] for o in overrides} == {"m7g.large", "c7g.large", "m6g.large"}
+    assert len(overrides) == 9 and all(o["Priority"] > 0 for o in overrides)
+    assert out["metadata"]["annotations"]["karpenter.k8s.aws/ec2nodeclass-hash-version"] == "karpy-v1"
+    assert out["metadata"]["labels"]["topology.k8s.aws/zone-id"].startswith("usw2-az")
+    # the launch template: upstream's naming, AL2023 NodeConfig user data
+    lt_name = req["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+    assert lt_name.startswith("karpenter.k8s.aws/")
+    data = account.ec2.describe_launch_template_versions(LaunchTemplateName=lt_name)["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    ud = base64.b64decode(data["UserData"]).decode()
+    assert "kind: NodeConfig" in ud and "apiServerEndpoint: https://example.eks.amazonaws.com" in ud
+    assert "karpenter.sh/unregistered" in ud and "maxPods: 29" in ud
+    # a second launch reuses the template (same name, no new one)
+    p.create(claim("nc-2"))
+    assert len(account.ec2.describe_launch_templates()["LaunchTemplates"]) == 1
+
+
+def test_capacity_errors_mark_offerings_and_fall_through(env):
+    p, nc, faults, account = env
+    for z in ("us-west-2a", "us-west-2b", "us-west-2c"):
+        faults.ice("c7g.large", z)
+    p.create(claim())
+    assert account.instances()[0]["InstanceType"] != "c7g.large"
+    assert p.unavailable("c7g.large", "us-west-2a", "on-demand")
+    for t in ("m7g.large", "m6g.large"):
+        for z in ("us-west-2a", "us-west-2b", "us-west-2c"):
+            faults.ice(t, z)
+    with pytest.raises(InsufficientCapacityError):
+        p.create(claim("nc-3", types=("m7g.large", "m6g.large")))
+
+
+def test_get_list_delete_and_drift(env):
+    p, nc, faults, account = env
+    pid = p.create(claim())["status"]["providerID"]
+    assert p.get(pid)["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "c7g.large"
+    assert [c["status"]["providerID"] for c in p.list()] == [pid]
+    assert p.is_drifted({"status": {"providerID": pid}}, nc) is None
+    newer = {**nc, "status": {**nc["status"], "amis": [{"id": "ami-0a2023arm99999999", "requirements": []}]}}
+    assert p.is_drifted({"status": {"providerID": pid}}, newer) == "AMIDrift"
+    p.delete({"status": {"providerID": pid}})
+    with pytest.raises(NodeClaimNotFoundError):
+        p.get(pid)
+    assert p.list() == []
+
+
+def test_a_nodeclass_not_ready_refuses_to_launch(env):
+    p, nc, faults, account = env
+    nc["status"]["conditions"] = [{"type": "Ready", "status": "False", "message": "SubnetsReady=False"}]
+    with pytest.raises(NodeClassNotReadyError):
+        p.create(claim())
+    assert account.instances() == []
