@@ -14,10 +14,11 @@ import math
 from datetime import datetime, timedelta, timezone
 from typing import Mapping
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from .. import resources as res
 from ..cron import cron_error
+from ..timeutil import MAX_TIME
 
 UNLIMITED = 2**31 - 1
 REASONS = ("Underutilized", "Empty", "Drifted")
@@ -47,16 +48,27 @@ def _active(budget: Mapping, now: float) -> bool:
         return hit[2]
     length = res.parse_duration(duration)
     now_dt = datetime.fromtimestamp(now, tz=timezone.utc)
-    last = croniter(schedule, now_dt + timedelta(microseconds=1)).get_prev(datetime)  # latest firing <= now
-    nxt = croniter(schedule, now_dt).get_next(datetime)  # first firing > now
-    closes = last.timestamp() + length
+    last = _firing(schedule, now_dt + timedelta(microseconds=1), forward=False)  # latest firing <= now
+    nxt = _firing(schedule, now_dt, forward=True)  # first firing > now
+    nxt_t = math.inf if nxt is None else nxt  # none left before the calendar's end (year 9999)
+    closes = -math.inf if last is None else last + length
     if now < closes:
         # open from a firing until ``duration`` later (that instant excluded); re-evaluated
         # at the next firing, which may extend it
-        _WINDOWS[key] = (now, min(closes, nxt.timestamp()), True)
+        _WINDOWS[key] = (now, min(closes, nxt_t), True)
         return True
-    _WINDOWS[key] = (now, nxt.timestamp(), False)
+    _WINDOWS[key] = (now, nxt_t, False)
     return False
+
+
+def _firing(schedule: str, start: datetime, forward: bool) -> float | None:
+    """The schedule's first firing after ``start`` (or its last before), in seconds; None when the calendar
+    (years 1 to 9999) holds none: near its ends the cron library runs out of dates."""
+    try:
+        it = croniter(schedule, start)
+        return (it.get_next(datetime) if forward else it.get_prev(datetime)).timestamp()
+    except (OverflowError, ValueError, CroniterBadDateError):
+        return None
 
 
 def window_changes_at(budget: Mapping, now: float) -> float | None:
@@ -69,7 +81,7 @@ def window_changes_at(budget: Mapping, now: float) -> float | None:
     except (ValueError, KeyError):
         return None
     hit = _WINDOWS.get((str(budget["schedule"]), str(budget["duration"])))
-    return hit[1] if hit is not None and hit[1] > now else None
+    return hit[1] if hit is not None and now < hit[1] <= MAX_TIME else None  # none past the calendar's end
 
 
 def allowed_by_budget(budget: Mapping, num_nodes: int, now: float) -> int:
