@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..cloudprovider.arm.settings import ENV as AZURE_ENV
 from ..controllers.env import DEFAULT_FEATURE_GATES
 from ..resources import parse_duration
 from ..runtime.log import LEVELS
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-CLOUD_PROVIDERS = ("kwok", "simulated", "aws")
+CLOUD_PROVIDERS = ("kwok", "simulated", "aws", "azure")
 
 # flag name -> upstream's environment variable
 ENV = {
@@ -41,6 +42,8 @@ ENV = {
     "isolated_vpc": "ISOLATED_VPC",
     "vm_memory_overhead_percent": "VM_MEMORY_OVERHEAD_PERCENT",
     "reserved_enis": "RESERVED_ENIS",
+    # --cloud-provider azure (upstream's AKS settings; see karpy.cloudprovider.arm.settings)
+    **AZURE_ENV,
 }
 
 FLAG = {k: "--" + k.replace("_", "-") for k in ENV}
@@ -67,6 +70,7 @@ class ControllerSettings:
     min_values_policy: str = "Strict"
     bind_address: str = "0.0.0.0"
     aws: Any = None  # karpy.cloudprovider.ec2.settings.AWSSettings with --cloud-provider aws
+    azure: Any = None  # karpy.cloudprovider.arm.settings.AzureSettings with --cloud-provider azure
     # leader election timings (controller-runtime's defaults)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -191,6 +195,11 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
         s.aws = resolve_aws(s.cluster_name, {k: pick(k) for k in (
             "cluster_endpoint", "cluster_ca_bundle", "interruption_queue", "isolated_vpc",
             "vm_memory_overhead_percent", "reserved_enis")}, SettingsError)
+    if s.cloud_provider == "azure":
+        from ..cloudprovider.arm.settings import resolve_azure
+
+        s.azure = resolve_azure(s.cluster_name, {k: pick(k) for k in (*AZURE_ENV, "cluster_endpoint")}, env,
+                                SettingsError, pick("vm_memory_overhead_percent"))
     if s.metrics_port and s.metrics_port == s.health_probe_port:
         raise SettingsError(f"--metrics-port and --health-probe-port must differ (both {s.metrics_port})")
     return s
