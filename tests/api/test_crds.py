@@ -128,25 +128,28 @@ def seed_manifests() -> list[tuple[str, dict]]:
 # --- generation -----------------------------------------------------------------------------
 
 
-def test_five_crds_with_upstreams_names_and_versions():
+def test_six_crds_with_upstreams_names_and_versions():
     got = {c["metadata"]["name"]: c for c in C.crds()}
     assert sorted(got) == [
         "aksnodeclasses.karpenter.azure.com",
         "ec2nodeclasses.karpenter.k8s.aws",
         "kwoknodeclasses.karpenter.kwok.sh",
         "nodeclaims.karpenter.sh",
+        "nodeoverlays.karpenter.sh",
         "nodepools.karpenter.sh",
     ]
     versions = {n: [(v["name"], v["served"], v["storage"]) for v in c["spec"]["versions"]] for n, c in got.items()}
     assert versions["aksnodeclasses.karpenter.azure.com"] == [("v1alpha2", True, False), ("v1beta1", True, True)]
     assert versions["nodepools.karpenter.sh"] == [("v1", True, True)]
     assert versions["kwoknodeclasses.karpenter.kwok.sh"] == [("v1alpha1", True, True)]
+    assert versions["nodeoverlays.karpenter.sh"] == [("v1alpha1", True, True)]
     short = {n: c["spec"]["names"].get("shortNames") for n, c in got.items()}
     assert short == {
         "aksnodeclasses.karpenter.azure.com": ["aksnc", "aksncs"],
         "ec2nodeclasses.karpenter.k8s.aws": ["ec2nc", "ec2ncs"],
         "kwoknodeclasses.karpenter.kwok.sh": ["kwoknc", "kwokncs"],
         "nodeclaims.karpenter.sh": None,
+        "nodeoverlays.karpenter.sh": ["overlays"],
         "nodepools.karpenter.sh": None,
     }
     for c in got.values():
