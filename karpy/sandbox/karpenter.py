@@ -19,6 +19,7 @@ from .. import __version__
 from ..kube import errors as E
 from ..kube.times import fmt_time
 from ..runtime.manager import Manager, deleting
+from ..simulator.kubelet import READY_CONDITIONS
 from ..state import pods as P
 
 DEFAULT_NAMESPACE = "karpenter"
@@ -92,8 +93,7 @@ class ControlPlaneKubelet:
         statuses = [{"name": c.get("name"), "image": c.get("image", ""), "imageID": "", "ready": True,
                      "restartCount": 0, "started": True, "state": {"running": {"startedAt": ts}}}
                     for c in (pod.get("spec") or {}).get("containers") or ()]
-        conds = [{"type": t, "status": "True", "lastTransitionTime": ts}
-                 for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]
+        conds = [{"type": t, "status": "True", "lastTransitionTime": ts} for t in READY_CONDITIONS]
         status = {**(pod.get("status") or {}), "phase": "Running", "startTime": ts, "conditions": conds,
                   "containerStatuses": statuses}
         try:
