@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from ..cloudprovider.arm.settings import OPTIONS as AZURE_OPTIONS
 from .settings import SettingsError, resolve
 
 
@@ -16,11 +17,18 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _azure_options(f):
+    """The settings of --cloud-provider azure (karpy.cloudprovider.arm.settings.OPTIONS) as flags."""
+    for key, (_, help_text) in reversed(AZURE_OPTIONS.items()):
+        f = click.option("--" + key.replace("_", "-"), key, default=None, help=help_text)(f)
+    return f
+
+
 @click.command("controller", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--kubeconfig", default=None, help="Path to a kubeconfig ($KUBECONFIG, ~/.kube/config; in a pod: the service account).")
 @click.option("--context", default=None, help="The kubeconfig context to use.")
 @click.option("--namespace", default=None, help="Namespace of the leader election Lease [default: kube-system, or the pod's].")
-@click.option("--cloud-provider", "cloud_provider", default=None, help="kwok, simulated or aws [CLOUD_PROVIDER; default: kwok].")
+@click.option("--cloud-provider", "cloud_provider", default=None, help="kwok, simulated, aws or azure [CLOUD_PROVIDER; default: kwok].")
 @click.option("--metrics-port", "metrics_port", default=None, help="Port of /metrics [METRICS_PORT; default: 8080].")
 @click.option("--health-probe-port", "health_probe_port", default=None,
               help="Port of /healthz and /readyz [HEALTH_PROBE_PORT; default: 8081].")
@@ -48,6 +56,7 @@ def _fail(message: str) -> None:
               help="aws: memory the hypervisor takes [VM_MEMORY_OVERHEAD_PERCENT; default: 0.075].")
 @click.option("--reserved-enis", "reserved_enis", default=None,
               help="aws: ENIs not used for pods [RESERVED_ENIS; default: 0].")
+@_azure_options
 def controller(**flags: object) -> None:
     """Run Karpenter's controllers against a Kubernetes API server."""
     try:
@@ -65,9 +74,15 @@ def controller(**flags: object) -> None:
         return
     from .process import ControllerProcess
 
+    from ..cloudprovider.ec2.clients import ProviderConfigError
+
     try:
         proc = ControllerProcess(settings, api)
         proc.start()
+    except ProviderConfigError as e:  # --cloud-provider aws without a region, credentials or access
+        api.close()
+        _fail(str(e))
+        return
     except OSError as e:  # a port in use
         api.close()
         _fail(str(e))

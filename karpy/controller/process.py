@@ -60,13 +60,22 @@ class ControllerProcess:
         self.recorder = Recorder(api, self.clock)
         self.cloud = SimulatedCloud(api, self.clock)
         kinds = frozenset({"KWOKNodeClass"}) if settings.cloud_provider == "kwok" else None
-        self.provider = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder, kinds=kinds,
-                                               name=settings.cloud_provider)
+        self.provider: Any = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder, kinds=kinds,
+                                                    name=settings.cloud_provider)
+        provider_controllers: list = []
+        self.workers: list = []  # the provider's background threads (the AWS interruption queue)
+        if settings.cloud_provider == "aws":
+            from ..cloudprovider.ec2.controllers import build_aws
+
+            self.provider, provider_controllers, self.workers = build_aws(settings, api, self.mgr, self.clock,
+                                                                          self.recorder, self.log)
         core = Settings(batch_idle=settings.batch_idle_duration, batch_max=settings.batch_max_duration,
                         feature_gates=dict(settings.feature_gates), min_values_policy=settings.min_values_policy,
                         cluster_name=settings.cluster_name or "karpy")
         self.karpenter: Karpenter = build(self.mgr, api, self.clock, self.provider, core, log=self.log,
                                           recorder=self.recorder)
+        for c in provider_controllers:
+            self.mgr.add(c)
         self.metrics = Metrics()
         self.metrics.attach(self.mgr, self.log, self.karpenter.provisioner)
         self.elector: LeaderElector | None = None
@@ -115,6 +124,8 @@ class ControllerProcess:
 
     def _started_leading(self) -> None:
         self.leading.set()
+        for w in self.workers:
+            w.start()
         self._wake()
 
     def _lost_leadership(self) -> None:
@@ -132,6 +143,9 @@ class ControllerProcess:
 
     def adopt(self) -> None:
         """Rebuild the cloud's instances from the cluster; delete Nodes of ours that no NodeClaim claims."""
+        if self.settings.cloud_provider == "aws":  # EC2 is the record of its instances: nothing to rebuild
+            self._adopted = True
+            return
         claims = self.mgr.list("NodeClaim")
         nodes = self.mgr.list("Node")
         orphans = adopt_instances(self.provider, claims, nodes)
@@ -194,6 +208,8 @@ class ControllerProcess:
             if self.exit_code == 0:
                 self.elector.release()
         self.leading.clear()
+        for w in self.workers:
+            w.stop()
         self.mgr.stop()
         for srv in (self.health, self.metrics_server):
             if srv is not None:

@@ -102,7 +102,7 @@ def aws_environ(url: str) -> dict[str, str]:
 class Account:
     """The seeded account: its VPC, subnets, security groups, role, cluster, queue and AMI parameters."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, cluster: str = CLUSTER, role: str = ROLE):
         self.url = url
         kw = dict(endpoint_url=url, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing")
         self.ec2 = boto3.client("ec2", **kw)
@@ -115,18 +115,18 @@ class Account:
         self.subnets = {}
         for i, z in enumerate(ZONES):
             sid = self.ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i * 16}.0/20", AvailabilityZone=z)["Subnet"]["SubnetId"]
-            self.ec2.create_tags(Resources=[sid], Tags=[{"Key": "karpenter.sh/discovery", "Value": CLUSTER},
+            self.ec2.create_tags(Resources=[sid], Tags=[{"Key": "karpenter.sh/discovery", "Value": cluster},
                                                         {"Key": "Name", "Value": f"private-{z}"}])
             self.subnets[z] = sid
         self.sg = self.ec2.create_security_group(GroupName="nodes", Description="nodes", VpcId=vpc)["GroupId"]
-        self.ec2.create_tags(Resources=[self.sg], Tags=[{"Key": "karpenter.sh/discovery", "Value": CLUSTER}])
+        self.ec2.create_tags(Resources=[self.sg], Tags=[{"Key": "karpenter.sh/discovery", "Value": cluster}])
         self.other_sg = self.ec2.create_security_group(GroupName="other", Description="other", VpcId=vpc)["GroupId"]
         trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                                     "Principal": {"Service": "ec2.amazonaws.com"}}]})
-        self.role_arn = self.iam.create_role(RoleName=ROLE, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
-        self.eks.create_cluster(name=CLUSTER, version=K8S, roleArn=self.role_arn,
+        self.role_arn = self.iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        self.eks.create_cluster(name=cluster, version=K8S, roleArn=self.role_arn,
                                 resourcesVpcConfig={"subnetIds": list(self.subnets.values())})
-        self.queue_url = self.sqs.create_queue(QueueName=CLUSTER)["QueueUrl"]
+        self.queue_url = self.sqs.create_queue(QueueName=cluster)["QueueUrl"]
         for arch, ami in (("x86_64", "ami-0a2023x8600000002"), ("arm64", "ami-0a2023arm00000002")):
             self.put_param(f"eks/optimized-ami/{K8S}/amazon-linux-2023/{arch}/standard/recommended/image_id", ami)
         for arch, ami in (("x86_64", "ami-0b0771eac00000002"), ("arm64", "ami-0b0771eac00000001")):

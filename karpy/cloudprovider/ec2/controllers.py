@@ -1,0 +1,246 @@
+"""The AWS provider's controllers in ``karpy controller``, and how the provider is put together.
+
+* :class:`NodeClassController`: EC2NodeClass status and conditions (every minute), the hash annotations,
+  Events and log lines for what failed;
+* :class:`InstanceGC`: instances tagged for this cluster that no NodeClaim holds, launched over 30 s ago,
+  are terminated (every 10 s for the first passes, then every 2 minutes);
+* :class:`InterruptionQueue`: a thread long-polling ``INTERRUPTION_QUEUE`` (SQS); spot interruption
+  warnings, AWS Health scheduled changes and instance state changes (stopping, stopped, shutting-down,
+  terminated) become interruption messages (the NodeClaim is deleted and replaced before the instance goes;
+  a spot interruption also marks its offering unavailable); rebalance recommendations are only counted.
+  Every message is deleted once handed over (unparseable ones too).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from ...controllers.lifecycle import set_condition
+from ...runtime.events import ref
+from .nodeclass import CONDITIONS, NodeClassResolver, hash_annotations
+from .provider import EC2CloudProvider, instance_id_of
+
+REQUEUE = 60.0
+GC_AFTER = 30.0
+
+
+class NodeClassController:
+    name = "nodeclass.status"
+    periodic = True
+
+    def __init__(self, mgr: Any, api: Any, resolver: NodeClassResolver, clock: Any, recorder: Any, log: Any):
+        self.mgr, self.api, self.resolver, self.clock, self.recorder, self.log = mgr, api, resolver, clock, recorder, log
+
+    def setup(self, mgr: Any) -> None:
+        mgr.watch("EC2NodeClass", lambda etype, obj, old: mgr.enqueue(self, obj["metadata"]["name"]))
+
+    def reconcile(self, name: str) -> float | None:
+        nc = self.mgr.get("EC2NodeClass", name)
+        if nc is None or nc["metadata"].get("deletionTimestamp"):
+            return None
+        res = self.resolver.resolve(nc)
+        status = res.status
+        now = self.clock.now()
+        for ctype in CONDITIONS:
+            value, reason, message = res.conditions.get(ctype, ("Unknown", "AwaitingReconciliation", ""))
+            set_condition(status, ctype, value, now, reason=reason, message=message or "")
+        bad = [f"{t}={res.conditions.get(t, ('Unknown',))[0]}" for t in CONDITIONS if res.conditions.get(t, ("Unknown",))[0] != "True"]
+        set_condition(status, "Ready", "False" if bad else "True", now,
+                      reason="UnhealthyDependents" if bad else "Ready", message=", ".join(bad) if bad else "")
+        for etype, reason, message in res.events:
+            self.recorder.publish(ref(nc), reason, message, etype, dedupe=300.0)
+            self.log.error("failed resolving nodeclass", controller=self.name, EC2NodeClass={"name": name}, error=message)
+        ann = hash_annotations(nc)
+        if any((nc["metadata"].get("annotations") or {}).get(k) != v for k, v in ann.items()):
+            self.api.patch("EC2NodeClass", name, {"metadata": {"annotations": ann}})
+        if status != (nc.get("status") or {}):
+            self.api.patch("EC2NodeClass", name, {"status": status}, subresource="status")
+            if not bad:
+                self.log.info("nodeclass ready", controller=self.name, EC2NodeClass={"name": name},
+                              subnets=len(status.get("subnets") or ()), amis=[a["id"] for a in status.get("amis") or ()])
+        return REQUEUE
+
+
+class InstanceGC:
+    name = "instance.garbagecollection"
+    periodic = True
+
+    def __init__(self, mgr: Any, api: Any, provider: EC2CloudProvider, log: Any):
+        self.mgr, self.api, self.provider, self.log = mgr, api, provider, log
+        self.passes = 0
+        self.started = False
+
+    def setup(self, mgr: Any) -> None:
+        def kick(etype: str, obj: dict, old: dict | None) -> None:
+            if not self.started:
+                self.started = True
+                mgr.requeue_after(self, "", 10.0)
+        mgr.watch("NodeClaim", kick)
+
+    def reconcile(self, key: Any) -> float | None:
+        claimed = {(c.get("status") or {}).get("providerID") for c in self.mgr.list("NodeClaim")}
+        now = time.time()
+        for inst in self.provider.list():
+            pid = inst["status"]["providerID"]
+            launched = inst.get("launchTime")
+            age = now - launched.timestamp() if hasattr(launched, "timestamp") else GC_AFTER
+            if pid in claimed or inst["metadata"].get("deletionTimestamp") or age < GC_AFTER:
+                continue
+            try:
+                self.provider.delete(inst)
+            except Exception as e:  # noqa: BLE001 - next pass
+                self.log.error("failed garbage collecting instance", controller=self.name, error=str(e))
+                continue
+            self.log.info("garbage collected cloudprovider instance", controller=self.name, **{"provider-id": pid})
+            for node in self.mgr.list("Node"):
+                if (node.get("spec") or {}).get("providerID") == pid:
+                    try:
+                        self.api.delete("Node", node["metadata"]["name"])
+                    except Exception:  # noqa: BLE001 - already gone
+                        pass
+        self.passes += 1
+        return 10.0 if self.passes < 20 else 120.0
+
+
+def parse_message(body: str) -> tuple[str, list[str], dict] | None:
+    """An EventBridge envelope -> (kind, instance ids, detail); None for what karpy does not act on."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != "0":
+        return None
+    src, dtype, detail = doc.get("source"), doc.get("detail-type"), doc.get("detail") or {}
+    if src == "aws.ec2" and dtype == "EC2 Spot Instance Interruption Warning":
+        return "spot_interrupted", [detail.get("instance-id", "")], detail
+    if src == "aws.ec2" and dtype == "EC2 Instance Rebalance Recommendation":
+        return "rebalance_recommendation", [detail.get("instance-id", "")], detail
+    if src == "aws.ec2" and dtype == "EC2 Instance State-change Notification":
+        state = detail.get("state")
+        if state in ("stopping", "stopped"):
+            return "instance_stopped", [detail.get("instance-id", "")], detail
+        if state in ("shutting-down", "terminated"):
+            return "instance_terminated", [detail.get("instance-id", "")], detail
+        return None
+    if src == "aws.health" and dtype == "AWS Health Event":
+        if detail.get("service") == "EC2" and detail.get("eventTypeCategory") == "scheduledChange":
+            return "scheduled_change", [e.get("entityValue", "") for e in detail.get("affectedEntities") or ()], detail
+    return None
+
+
+class InterruptionQueue:
+    """Long-polls the SQS queue on a thread and hands interruptions to the provider."""
+
+    def __init__(self, clients: Any, queue: str, provider: EC2CloudProvider, mgr: Any, log: Any, metrics: Any = None,
+                 wait_seconds: int = 20):
+        self.c, self.queue, self.provider, self.mgr, self.log = clients, queue, provider, mgr, log
+        self.wait_seconds = wait_seconds
+        self.stop_event = threading.Event()
+        self.url: str | None = None
+        self.counts: dict[str, int] = {}
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run, name="interruption", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - logged, retried after a pause
+                self.log.error("failed receiving interruption messages", controller="interruption", queue=self.queue,
+                               error=str(e))
+                self.url = None
+                self.stop_event.wait(10)
+
+    def poll(self) -> int:
+        if self.url is None:
+            self.url = self.c.sqs.get_queue_url(QueueName=self.queue)["QueueUrl"]
+        msgs = self.c.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10, VisibilityTimeout=20,
+                                          WaitTimeSeconds=self.wait_seconds, AttributeNames=["SentTimestamp"],
+                                          MessageAttributeNames=["All"]).get("Messages", [])
+        for m in msgs:
+            parsed = parse_message(m.get("Body", ""))
+            kind = parsed[0] if parsed else "no_op"
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if parsed is not None and kind != "rebalance_recommendation":
+                self.handle(*parsed)
+            elif parsed is None:
+                self.log.info("ignoring interruption message", controller="interruption", body=m.get("Body", "")[:200])
+            self.c.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+        return len(msgs)
+
+    def handle(self, kind: str, ids: list[str], detail: dict) -> None:
+        claims = {instance_id_of((c.get("status") or {}).get("providerID") or ""): c for c in self.mgr.list("NodeClaim")}
+        for iid in ids:
+            claim = claims.get(iid)
+            if claim is None:
+                continue
+            labels = claim["metadata"].get("labels") or {}
+            self.provider.push_interruption({
+                "kind": "SpotInterruption" if kind == "spot_interrupted" else "InstanceStopping",
+                "providerID": claim["status"]["providerID"], "instanceType": labels.get("node.kubernetes.io/instance-type", ""),
+                "zone": labels.get("topology.kubernetes.io/zone", ""),
+                "capacityType": labels.get("karpenter.sh/capacity-type", ""), "reason": kind})
+            self.log.info("received interruption message", controller="interruption", messageKind=kind,
+                          NodeClaim={"name": claim["metadata"]["name"]}, instance=iid)
+
+
+def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log: Any,
+              ssm_root: str = "/aws/service") -> tuple[EC2CloudProvider, list, list]:
+    """The provider, its controllers and its background workers (each with start/stop)."""
+    import os
+
+    from .clients import Clients
+    from .instancetypes import InstanceTypes
+
+    aws = settings.aws
+    clients = Clients()
+    clients.check_credentials()
+    ssm_root = os.environ.get("KARPY_AWS_SSM_ROOT", ssm_root)  # tests only: moto reserves /aws for itself
+    facts: dict[str, Any] = {}
+
+    def cluster() -> dict:
+        if not facts:
+            desc: dict = {}
+            try:
+                desc = clients.eks.describe_cluster(name=aws.cluster_name)["cluster"]
+            except Exception as e:  # noqa: BLE001 - not EKS, or no eks:DescribeCluster: the settings must say
+                log.warn("failed describing cluster", controller="cloudprovider", cluster=aws.cluster_name, error=str(e))
+            net = desc.get("kubernetesNetworkConfig") or {}
+            facts.update(endpoint=aws.cluster_endpoint or desc.get("endpoint", ""),
+                         ca=aws.cluster_ca_bundle or (desc.get("certificateAuthority") or {}).get("data", ""),
+                         cidr=net.get("serviceIpv4Cidr") or net.get("serviceIpv6Cidr"),
+                         version=desc.get("version") or "1.33", dns=None)
+            try:
+                facts["dns"] = ((api.get("Service", "kube-dns", "kube-system") or {}).get("spec") or {}).get("clusterIP")
+            except Exception:  # noqa: BLE001 - no kube-dns: the AMI's default
+                pass
+        return facts
+
+    its = InstanceTypes(clients, clients.region, aws.isolated_vpc, aws.reserved_enis, aws.vm_memory_overhead_percent,
+                        log=lambda msg, **kv: log.error(msg, controller="pricing", **kv))
+    try:
+        its.refresh()
+    except Exception as e:  # noqa: BLE001 - AccessDenied, no endpoint: exit 2 naming it
+        from .clients import ProviderConfigError, error_message
+
+        raise ProviderConfigError(f"cannot list EC2 instance types in {clients.region}: {error_message(e)}") from None
+    provider = EC2CloudProvider(clients, aws, its, lambda kind, name: mgr.get(kind, name), cluster, recorder=recorder, log=log)
+    resolver = NodeClassResolver(clients, aws.cluster_name, lambda: cluster()["version"], ssm_root,
+                                 lambda: cluster()["cidr"])
+    controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log), InstanceGC(mgr, api, provider, log)]
+    workers = []
+    if aws.interruption_queue:
+        workers.append(InterruptionQueue(clients, aws.interruption_queue, provider, mgr, log,
+                                         wait_seconds=int(os.environ.get("KARPY_AWS_SQS_WAIT", "20"))))
+    log.info("discovered region", controller="cloudprovider", region=clients.region,
+             instanceTypes=len(its.infos), prices=its.on_demand_source)
+    return provider, controllers, workers
