@@ -33,6 +33,7 @@ from ..resources import parse_quantity
 from ..scheduling.requirements import IN, Requirement, Requirements
 from ..scheduling.pods import moving
 from ..scheduling.scheduler import NewNodeClaim, Prepared, Results, Scheduler
+from . import balanced
 from .budgets import budget_mapping, blocked_nodepools
 from .candidates import (
     EVENTUAL,
@@ -44,7 +45,7 @@ from .candidates import (
     sort_for_consolidation,
     sort_for_drift,
 )
-from .state import ClusterSnapshot, NodeState
+from .state import ClusterSnapshot
 
 EMPTY = "Empty"
 DRIFTED = "Drifted"
@@ -55,7 +56,6 @@ POLL_PERIOD = 10.0
 MULTI_NODE_MAX = 100
 SPOT_TO_SPOT_MIN_TYPES = 15
 FORCED_RECHECK = 300.0  # a method that found nothing is retried after this long even if nothing changed
-BALANCED_THRESHOLD = 0.5
 
 
 @dataclass(eq=False)
@@ -410,6 +410,7 @@ class DisruptionEngine:
         max_parallel = min(len(disruptable), MULTI_NODE_MAX)
         lo, hi = 1, (len(disruptable) - 1 if len(disruptable) <= max_parallel else max_parallel)
         best: Command | None = None
+        best_scores: dict | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
             batch = disruptable[: mid + 1]
@@ -417,13 +418,20 @@ class DisruptionEngine:
             ok = cmd is not None
             if ok and cmd.replacements:
                 ok = self._filter_same_type(cmd)
-            if ok and not self._balanced_ok(snapshot, cmd, cands):
-                ok = False
+            if ok:
+                ok, scores = self._balanced_ok(snapshot, cmd, events)
+                if ok and scores is not None:
+                    best_scores = scores
             if ok:
                 best = cmd
                 lo = mid + 1
             else:
                 hi = mid - 1
+        if best is not None and best_scores:
+            for np_name in dict.fromkeys(c.node.nodepool or "" for c in best.candidates):
+                result = best_scores.get(np_name)
+                if result is not None and result.approved:
+                    events.append(Event("NodePool", np_name, "ConsolidationApproved", result.message()))
         return best, constrained
 
     def _filter_same_type(self, cmd: Command) -> bool:
@@ -456,36 +464,31 @@ class DisruptionEngine:
             if budgets.get(c.node.nodepool, 0) <= 0:
                 constrained = True
                 continue
+            if not balanced.can_pass_threshold(c, self._totals(snapshot, events)):
+                continue  # not even deleting it outright would be worth its disruption
             cmd = self.compute_consolidation(snapshot, [c], events, "single")
             if cmd is None:
                 continue
-            if not self._balanced_ok(snapshot, cmd, cands):
+            ok, scores = self._balanced_ok(snapshot, cmd, events)
+            if not ok:
                 continue
+            result = (scores or {}).get(c.node.nodepool or "")
+            if result is not None:
+                events.append(Event("Node", c.name, "ConsolidationApproved", result.message()))
             return cmd, constrained
         return None, constrained
 
     # --- Balanced policy ------------------------------------------------------------------
-    def _balanced_ok(self, snapshot: ClusterSnapshot, cmd: Command, all_cands: Sequence[Candidate]) -> bool:
-        """consolidationPolicy Balanced: the saving must be worth the disruption (score >= 0.5)."""
-        total_price = sum(c.price for c in cmd.candidates) or 1.0
-        for np_name in {c.node.nodepool for c in cmd.candidates}:
-            np = snapshot.nodepools.get(np_name or "") or {}
-            if _policy(np) != "Balanced":
-                continue
-            mine = [c for c in cmd.candidates if c.node.nodepool == np_name]
-            share = cmd.savings * sum(c.price for c in mine) / total_price
-            pool = [c for c in all_cands if c.node.nodepool == np_name]
-            total_cost = sum(c.price for c in pool)
-            total_disruption = sum(_node_disruption(n) for n in snapshot.nodes if n.nodepool == np_name)
-            disruption = sum(c.reschedule_cost for c in mine)
-            if total_cost <= 0 or total_disruption <= 0:
-                return False
-            sf = share / total_cost
-            df = disruption / total_disruption
-            score = 0.0 if sf <= 0 else (float("inf") if df == 0 else sf / df)
-            if score < BALANCED_THRESHOLD:
-                return False
-        return True
+    def _totals(self, snapshot: ClusterSnapshot, events: list[Event]) -> dict[str, balanced.NodePoolTotals]:
+        """The NodePools' totals for Balanced scoring, from every candidate before the consolidation filter."""
+        memo = snapshot.__dict__.setdefault("_balanced_totals", {})
+        if "totals" not in memo:
+            memo["totals"] = balanced.nodepool_totals(self._candidates(snapshot, GRACEFUL, events), snapshot.nodes)
+        return memo["totals"]
+
+    def _balanced_ok(self, snapshot: ClusterSnapshot, cmd: Command, events: list[Event]) -> tuple[bool, dict | None]:
+        """consolidationPolicy Balanced: is the saving worth the disruption in every Balanced NodePool?"""
+        return balanced.evaluate_move(cmd.candidates, cmd.savings, self._totals(snapshot, events))
 
     # --- validation ---------------------------------------------------------------------
     def validate(self, snapshot: ClusterSnapshot, cmd: Command) -> tuple[Command | None, str | None]:
@@ -547,10 +550,6 @@ def _take_within_budgets(cands: Sequence[Candidate], budgets: dict[str, int]) ->
         budgets[c.node.nodepool] -= 1
         kept.append(c)
     return kept, constrained
-
-
-def _node_disruption(n: NodeState) -> float:
-    return 1.0 + sum(max(0.0, p.eviction_cost()) for p in n.pods if not p.daemon)
 
 
 def _interleave_by_nodepool(cands: list[Candidate]) -> list[Candidate]:
