@@ -27,6 +27,10 @@ checked by function name.
     python scripts/conformance.py --write    # rewrite the summary from the rows
     python scripts/conformance.py --fix      # also flip covered <-> departs where a test's xfail
                                              # marker was added or removed, then rewrite the summary
+    python scripts/conformance.py --base REV # also count the rows whose status changed since git
+                                             # revision REV (e.g. main~5), by transition and area
+
+It always prints the totals per area and overall.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import argparse
 import ast
 import collections
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,11 +288,70 @@ def fix_xfail(text: str, idx: TestIndex) -> str:
     return "".join(lines)
 
 
+# --- progress -----------------------------------------------------------------------------------
+
+def statuses(suites: list[Suite]) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(repo, suite path, row #) -> (area, status)."""
+    return {(s.repo, s.path, r.cells[0]): (s.area, r.status) for s in suites for r in s.rows}
+
+
+def changes(old: list[Suite], new: list[Suite]) -> collections.Counter:
+    """(area, old status, new status) -> rows, for rows present in both whose status differs; a row only in
+    ``new`` counts as ('area', '(new)', status), one only in ``old`` as (area, status, '(gone)')."""
+    before, after = statuses(old), statuses(new)
+    out: collections.Counter = collections.Counter()
+    for k, (area, st) in after.items():
+        if k not in before:
+            out[(area, "(new)", st)] += 1
+        elif before[k][1] != st:
+            out[(area, before[k][1], st)] += 1
+    for k, (area, st) in before.items():
+        if k not in after:
+            out[(area, st, "(gone)")] += 1
+    return out
+
+
+def doc_at(rev: str, doc: Path = DOC) -> str:
+    rel = doc.resolve().relative_to(ROOT).as_posix()
+    return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{rel}"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def report(suites: list[Suite], base: list[Suite] | None = None, rev: str = "") -> list[str]:
+    """The totals per area (with the change in each status since ``base``), and the status changes."""
+    by_area = counts(suites)
+    old = counts(base) if base is not None else None
+    out = []
+    total: collections.Counter = collections.Counter()
+    old_total: collections.Counter = collections.Counter()
+    for a in AREAS:
+        c = by_area.get(a, collections.Counter())
+        total.update(c)
+        if old is not None:
+            old_total.update(old.get(a, collections.Counter()))
+        out.append(_report_line(a, c, old.get(a, collections.Counter()) if old is not None else None))
+    out.append(_report_line("total", total, old_total if old is not None else None))
+    if base is not None:
+        ch = changes(base, suites)
+        out.append(f"{sum(ch.values())} rows changed status since {rev}" + (":" if ch else ""))
+        for (area, a, b), n in sorted(ch.items()):
+            out.append(f"  {area}: {a} -> {b}: {n}")
+    return out
+
+
+def _report_line(name: str, c: collections.Counter, old: collections.Counter | None) -> str:
+    def one(st: str) -> str:
+        d = c[st] - old[st] if old is not None else 0
+        return f"{c[st]} {st}" + (f" ({d:+d})" if d else "")
+    return f"{name:<13} {sum(c[s] for s in STATUSES):>5} rows: " + ", ".join(one(st) for st in STATUSES)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite the summary from the rows")
     ap.add_argument("--fix", action="store_true", help="flip covered/departs by xfail markers, rewrite the summary")
     ap.add_argument("--doc", type=Path, default=DOC)
+    ap.add_argument("--base", metavar="REV", help="count the rows whose status changed since this git revision")
     args = ap.parse_args(argv)
     text = args.doc.read_text(encoding="utf-8")
     idx = index_tests()
@@ -299,11 +363,21 @@ def main(argv: list[str] | None = None) -> int:
     problems = check(text, idx)
     for p in problems:
         print(p, file=sys.stderr)
-    by_area = counts(parse(text))
+    base = None
+    if args.base:
+        try:
+            base = parse(doc_at(args.base, args.doc))
+        except (subprocess.CalledProcessError, ValueError) as e:
+            why = str(getattr(e, "stderr", "") or e).strip()
+            print(f"--base {args.base}: cannot read the doc at that revision: {why}", file=sys.stderr)
+            return 2
+    suites = parse(text)
     total = collections.Counter()
-    for c in by_area.values():
+    for c in counts(suites).values():
         total.update(c)
     print(", ".join(f"{total[s]} {s}" for s in STATUSES) + f" ({sum(total.values())} rows)")
+    for line in report(suites, base, args.base or ""):
+        print(line)
     return 1 if problems else 0
 
 
