@@ -68,6 +68,7 @@ class History:
         self.claims: dict[str, ClaimLife] = {}
         self.costs: list[tuple[float, float]] = []
         self.cost = 0.0
+        self.node_counts: list[tuple[float, int]] = []  # (time, launched NodeClaims not yet gone), at each change
         self.disruptions: list[DisruptionRecord] = []
         self._by_command: dict[Any, DisruptionRecord] = {}
         self._pending_reason: dict[str, str] = {}
@@ -102,6 +103,7 @@ class History:
             life.price_estimated = ann.get(PRICE_ESTIMATED) == "true"
             life.price_source = ann.get(PRICE_SOURCE)
             self._set_cost(self.cost + life.price, now)
+            self._count_nodes(1, now)
         if life.registered is None and is_true(obj, "Registered"):
             life.registered = now
             life.node = (obj.get("status") or {}).get("nodeName")
@@ -120,6 +122,8 @@ class History:
                 life.reason = self._pending_reason.pop(name, None)
             if life.launched and life.price:
                 self._set_cost(self.cost - life.price, now)
+            if life.launched:
+                self._count_nodes(-1, now)
             self._finish(name, now)
 
     def _set_cost(self, cost: float, now: float) -> None:
@@ -130,6 +134,13 @@ class History:
             self.costs[-1] = (now, self.cost)
         else:
             self.costs.append((now, self.cost))
+
+    def _count_nodes(self, delta: int, now: float) -> None:
+        n = (self.node_counts[-1][1] if self.node_counts else 0) + delta
+        if self.node_counts and self.node_counts[-1][0] == now:
+            self.node_counts[-1] = (now, n)
+        else:
+            self.node_counts.append((now, n))
 
     def cost_at(self, t: float) -> float:
         cost = 0.0

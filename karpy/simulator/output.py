@@ -17,6 +17,7 @@ from .. import resources as res
 from ..kube.times import fmt_time, parse_time
 from ..state import pods as P
 from .history import ClaimLife
+from .samples import average_cost, samples
 from .sim import Simulation
 
 PREFIX = "Failed to schedule pod, "
@@ -143,6 +144,7 @@ def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
             "start": fmt_time(sim.start),
             "end": fmt_time(sim.now),
             "costPerHour": _price(h.cost),
+            "costPerHourAverage": _price(average_cost(h.costs, sim.start, sim.now)),  # over start..end
             "pods": {"total": len(pods), "bound": len(bound), "pending": len(pending)},
             "nodeClaims": [_claim_entry(life) for life in h.claims.values()],
             "pendingPods": [
@@ -151,11 +153,18 @@ def summary(sim: Simulation, why: dict[str, str] | None = None) -> dict:
                 for p in sorted(pending, key=P.pod_key)
             ],
             "disruptions": [_disruption_entry(d) for d in h.disruptions],
+            **_samples(sim),
             **({"stoppedEarly": sim.stopped} if getattr(sim, "stopped", None) else {}),
             **(_comparison(sim) if getattr(sim, "baseline", None) is not None else {}),
             **(_from_cluster(sim) if getattr(sim, "seeded", None) else {}),
         },
     }
+
+
+def _samples(sim: Simulation) -> dict:
+    """The run at a fixed interval (karpy/simulator/samples.py): what --plot and the viewer's replay read."""
+    step, points = samples(sim.history, sim.start, sim.now)
+    return {"sampleInterval": res.format_duration(step), "samples": points}
 
 
 def _from_cluster(sim: Simulation) -> dict:
