@@ -74,12 +74,13 @@ def controller(**flags: object) -> None:
         return
     from .process import ControllerProcess
 
+    from ..cloudprovider.arm.clients import ProviderConfigError as AzureConfigError
     from ..cloudprovider.ec2.clients import ProviderConfigError
 
     try:
         proc = ControllerProcess(settings, api)
         proc.start()
-    except ProviderConfigError as e:  # --cloud-provider aws without a region, credentials or access
+    except (ProviderConfigError, AzureConfigError) as e:  # aws/azure without a region, credentials or access
         api.close()
         _fail(str(e))
         return

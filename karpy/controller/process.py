@@ -69,6 +69,11 @@ class ControllerProcess:
 
             self.provider, provider_controllers, self.workers = build_aws(settings, api, self.mgr, self.clock,
                                                                           self.recorder, self.log)
+        elif settings.cloud_provider == "azure":
+            from ..cloudprovider.arm.controllers import build_azure
+
+            self.provider, provider_controllers, self.workers = build_azure(settings, api, self.mgr, self.clock,
+                                                                            self.recorder, self.log)
         core = Settings(batch_idle=settings.batch_idle_duration, batch_max=settings.batch_max_duration,
                         feature_gates=dict(settings.feature_gates), min_values_policy=settings.min_values_policy,
                         cluster_name=settings.cluster_name or "karpy")
@@ -143,7 +148,7 @@ class ControllerProcess:
 
     def adopt(self) -> None:
         """Rebuild the cloud's instances from the cluster; delete Nodes of ours that no NodeClaim claims."""
-        if self.settings.cloud_provider == "aws":  # EC2 is the record of its instances: nothing to rebuild
+        if self.settings.cloud_provider in ("aws", "azure"):  # the cloud is the record of its instances
             self._adopted = True
             return
         claims = self.mgr.list("NodeClaim")
