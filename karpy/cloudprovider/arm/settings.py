@@ -76,13 +76,15 @@ class Cloud:
     resource_manager: str  # https://management.azure.com/
     authority: str  # https://login.microsoftonline.com/
     audience: str  # the token scope is <audience>/.default
+    from_file: bool = False  # read from AZURE_ENVIRONMENT_FILEPATH
 
     @property
     def scope(self) -> str:
         return self.audience.rstrip("/") + "/.default"
 
     @property
-    def public(self) -> bool:
+    def billing_extension(self) -> bool:
+        """Upstream installs the AKS billing extension in the public, China and US Government clouds only."""
         return self.name in CLOUDS
 
 
@@ -148,7 +150,7 @@ def load_environment_file(path: str, error: Callable[[str], Exception]) -> Cloud
             raise error(f'{name}: "{path}": {k} "{doc[k]}" must be an https:// URL')
     rm = doc["resourceManagerEndpoint"].rstrip("/") + "/"
     return Cloud(str(doc.get("name") or "AzureStackCloud"), rm, doc["activeDirectoryEndpoint"].rstrip("/") + "/",
-                 doc["tokenAudience"])
+                 doc["tokenAudience"], from_file=True)
 
 
 def resolve_azure(cluster_name: str, picked: Mapping[str, tuple[str | None, str]], environ: Mapping[str, str],
