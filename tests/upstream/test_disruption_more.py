@@ -396,6 +396,19 @@ class TestDriftSpecialCases:
         assert names(r.command) == ["s"]
         assert [type(x) for x in r.command.replacements] == [StaticReplacement]
 
+    @pytest.mark.parametrize("case", ["not drifted", "do-not-disrupt"])
+    def test_a_static_node_that_is_not_drifted_or_is_pinned_is_not_replaced(self, case):
+        c = Cluster()
+        np = c.nodepool()
+        np["spec"]["replicas"] = 1
+        if case == "not drifted":
+            c.node("s", itype="std-4", pods=[dpod(cpu="1")])
+        else:
+            drifted(c, "s", pods=[dpod(cpu="1")], annotations={DND: "true"})
+        snap = c.snapshot()
+        snap.nodepool_counts = {"default": (1, 0, 0)}
+        assert DisruptionEngine().step(snap).command is None
+
     def test_emptiness_leaves_a_static_nodepools_empty_nodes(self):
         c = Cluster()
         np = c.nodepool()
