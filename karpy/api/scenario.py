@@ -17,7 +17,13 @@ spec:
   - available: {instanceTypes: [..], zones: [..], capacityType: spot}
   - condition: {node: NODE_NAME, type: Ready, status: "False", reason: KubeletNotReady}
   - condition: {selector: {matchLabels: {...}}, count: 2, type: Ready, status: Unknown}
+  - reservations: [{id: cr-1, instanceType: c-2x-amd64-linux, zone: test-zone-a, count: 2}]
+  reservations: [...]              # the cloud's capacity reservations at the start (same form)
 ```
+
+``reservations`` (at the start, and as a step that replaces them all) declare the cloud's capacity
+reservations: ``count`` instances of ``instanceType`` in ``zone``, at ``price`` per hour (default: the type's
+on-demand price there); IDs are unique (feature gate ReservedCapacity, docs/feature-gates.md).
 
 Manifests inside ``apply`` are validated (and defaulted) exactly like
 top-level documents, with their errors reported under
@@ -95,7 +101,8 @@ FEATURE_GATE_DEFAULTS = {
     "ZonePinning": False,
 }
 
-ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available", "condition")
+ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available", "condition",
+           "reservations")
 # a HorizontalPodAutoscaler "scaled" is what it would choose under load (karpy.api.autoscaling)
 SCALABLE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "NodePool", autoscaling.KIND)
 CAPACITY_TYPES = ("on-demand", "spot", "reserved")
@@ -261,6 +268,28 @@ def _offerings() -> Node:
     )
 
 
+def _check_reservation_ids(items: list, path: str, ctx: Ctx) -> None:
+    seen: set[str] = set()
+    for i, r in enumerate(items):
+        rid = r.get("id") if isinstance(r, dict) else None
+        if isinstance(rid, str):
+            if rid in seen:
+                ctx.err(child(index(path, i), "id"), invalid(rid, "duplicate reservation ID"))
+            seen.add(rid)
+
+
+def _reservations() -> Node:
+    """Capacity reservations: ``count`` instances of one instance type in one zone (ReservedCapacity)."""
+    return arr(
+        obj(
+            {"id": string(min_len=1), "instanceType": string(min_len=1), "zone": string(min_len=1),
+             "count": int32(minimum=0), "price": number(minimum=0)},
+            required=("id", "instanceType", "zone", "count"),
+        ),
+        checks=[_check_reservation_ids],
+    )
+
+
 def _check_step(step: dict, path: str, ctx: Ctx) -> None:
     present = [a for a in ACTIONS if a in step]
     if not present:
@@ -291,6 +320,8 @@ STEP = obj(
             required=("type", "status"),
             checks=[_check_node_or_selector],
         ),
+        # replaces the cloud's capacity reservations (feature gate ReservedCapacity)
+        "reservations": _reservations(),
     },
     checks=[_check_step],
 )
@@ -327,6 +358,7 @@ SCENARIO = obj(
                 "region": string(checks=[_check_region]),
                 "settings": SETTINGS,
                 "steps": arr(STEP, default=[]),
+                "reservations": _reservations(),
             },
             default={},
             defaulter=_normalize_start,

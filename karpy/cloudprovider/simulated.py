@@ -19,6 +19,14 @@ choice of :mod:`karpy.provisioning.launch`.
 
 Node names follow each provider: the NodeClaim's name on kwok, ``aks-<name>``
 on Azure, ``ip-192-168-X-Y.<region domain>`` on AWS.
+
+Capacity reservations (feature gate ``ReservedCapacity``, on by default): the cloud holds the
+reservations a Scenario declares (:class:`Reservation`: an instance type, a zone, a count of instances,
+a price). Each adds a ``reserved`` offering to its instance type, as upstream's providers offer one per
+reservation, available while fewer than ``count`` running instances use it. A node launched into it
+carries ``karpenter.sh/capacity-type: reserved`` and the reservation's ID (:data:`RESERVATION_ID_LABELS`);
+once the reservation is full the launch falls back to the next capacity type; a node whose reservation
+is gone is drifted (``CapacityReservationDrift``, as upstream's AWS provider reports it).
 """
 
 from __future__ import annotations
@@ -68,6 +76,35 @@ NODECLASS_HASH_ANNOTATIONS = {
 }
 
 
+# the node label carrying the capacity reservation a node was launched into: upstream's AWS provider's own,
+# karpy's for the providers whose upstream has no reservations (kwok, Azure)
+RESERVATION_ID_LABELS = {"aws": "karpenter.k8s.aws/capacity-reservation-id"}
+RESERVATION_ID_LABEL = "karpy.dev/reservation-id"
+CAPACITY_RESERVATION_DRIFT = "CapacityReservationDrift"
+
+
+def reservation_label(provider: str) -> str:
+    return RESERVATION_ID_LABELS.get(provider, RESERVATION_ID_LABEL)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A capacity reservation: ``count`` instances of ``instance_type`` in ``zone``, at ``price`` per hour
+    (None: the type's on-demand price in that zone)."""
+
+    id: str
+    instance_type: str
+    zone: str
+    count: int
+    price: float | None = None
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "Reservation":
+        price = spec.get("price")
+        return cls(str(spec["id"]), str(spec["instanceType"]), str(spec["zone"]), int(spec.get("count") or 0),
+                   None if price is None else float(price))
+
+
 @dataclass(eq=False)
 class Instance:
     provider_id: str
@@ -100,6 +137,48 @@ class SimulatedCloud:
         self._subscribers: list[Callable[[], None]] = []
         self.reclaimed: set[str] = set()  # provider IDs of spot instances reclaimed after their notice
         self._reclaim_subscribers: list[Callable[[Instance], None]] = []
+        self.reservations: dict[str, Reservation] = {}  # by ID
+        self._drift_subscribers: list[Callable[[], None]] = []
+
+    # --- capacity reservations ---------------------------------------------------------------
+    def set_reservations(self, specs: Any) -> None:
+        """Replace the cloud's capacity reservations (a Scenario's ``reservations``)."""
+        self.reservations = {r.id: r for r in (Reservation.from_spec(x) for x in specs or ())}
+        for fn in self._drift_subscribers:
+            fn()
+
+    def subscribe_drift(self, fn: Callable[[], None]) -> None:
+        self._drift_subscribers.append(fn)
+
+    def reservation_used(self, reservation_id: str) -> int:
+        return sum(1 for i in self.instances.values() if i.offering.reservation_id == reservation_id)
+
+    def reservation_state(self) -> tuple:
+        """Changes whenever a reservation, or how much of it is used, changes."""
+        if not self.reservations:
+            return ()
+        return tuple((r.id, r.count, r.price, self.reservation_used(r.id)) for r in self.reservations.values())
+
+    def with_reservations(self, types: list[InstanceType]) -> list[InstanceType]:
+        """``types`` with a ``reserved`` offering for every reservation of one of them, in a zone the type is
+        offered in, available while the reservation has room."""
+        if not self.reservations:
+            return types
+        by_type: dict[str, list[Reservation]] = {}
+        for r in self.reservations.values():
+            by_type.setdefault(r.instance_type, []).append(r)
+        out = []
+        for it in types:
+            rs = by_type.get(it.name)
+            if rs:
+                od = {o.zone: o for o in it.offerings if o.capacity_type == "on-demand"}
+                extra = [Offering(zone=r.zone, capacity_type="reserved", reservation_id=r.id,
+                                  price=r.price if r.price is not None else od[r.zone].price,
+                                  available=self.reservation_used(r.id) < r.count)
+                         for r in rs if r.zone in od or r.price is not None]
+                it = replace(it, offerings=list(it.offerings) + extra)
+            out.append(it)
+        return out
 
     def region_for(self, catalog: CatalogProvider) -> str:
         return self.region_override or catalog.default_region
@@ -117,6 +196,10 @@ class SimulatedCloud:
         self.rules_version += 1
 
     def has_capacity(self, it: InstanceType, o: Offering) -> bool:
+        if o.reservation_id is not None:
+            r = self.reservations.get(o.reservation_id)
+            if r is None or self.reservation_used(r.id) >= r.count:
+                return False  # the reservation is gone or full: the launch into it fails
         verdict = True
         for types, zones, ct, available in self.rules:
             if types is not None and it.name not in types:
@@ -281,6 +364,7 @@ class SimulatedCloudProvider:
         self.ice_version = 0
         self._cand_cache: dict[tuple, tuple[Any, list]] = {}
         self.overlays: Any = None  # the NodeOverlays' OverlayStore (karpy/cloudprovider/overlay.py), gate on
+        self.reserved_capacity = True  # feature gate ReservedCapacity: reservations are offered
 
     # --- catalogs ----------------------------------------------------------------------------
     def catalog(self, nodeclass_ref: dict | None) -> CatalogProvider:
@@ -303,12 +387,20 @@ class SimulatedCloudProvider:
         """Changes whenever the set of offerings known to be out of capacity changes."""
         now = self.clock.now()
         key = tuple(sorted(k for k, t in self.ice.items() if t > now))
+        if self.reserved_capacity and self.cloud.reservations:
+            key = (*key, ("reservations", self.cloud.reservation_state()))
         return key if self.overlays is None else (*key, ("overlays", self.overlays.version))
+
+    def _catalog_types(self, cat: CatalogProvider, region: str, nodeclass: dict | None) -> list[InstanceType]:
+        """The catalog's instance types, with the cloud's capacity reservations as ``reserved`` offerings
+        (feature gate ``ReservedCapacity``)."""
+        types = cat.instance_types(region, nodeclass)
+        return self.cloud.with_reservations(types) if self.reserved_capacity else types
 
     def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:
         ref = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
         cat = self.catalog(ref)
-        types = cat.instance_types(self.cloud.region_for(cat), nodeclass)
+        types = self._catalog_types(cat, self.cloud.region_for(cat), nodeclass)
         if self.overlays is not None:
             types = self.overlays.apply((nodepool.get("metadata") or {}).get("name") or "", types)
         now = self.clock.now()
@@ -372,7 +464,7 @@ class SimulatedCloudProvider:
         hit = self._cand_cache.get(key)
         if hit is not None and hit[0] is nodeclass.get("spec"):
             return hit[1]
-        types = [it for it in cat.instance_types(region, nodeclass) if allowed.has(it.name)]
+        types = [it for it in self._catalog_types(cat, region, nodeclass) if allowed.has(it.name)]
         if self.overlays is not None and nodepool:
             types = self.overlays.apply(nodepool, types)
         cands = launch_candidates(reqs, types, self._unavailable)
@@ -394,6 +486,8 @@ class SimulatedCloudProvider:
         labels.update(cat.offering_labels(o))
         labels[LABEL_ZONE] = o.zone
         labels[LABEL_CAPACITY_TYPE] = o.capacity_type
+        if o.reservation_id is not None:
+            labels[reservation_label(cat.name)] = o.reservation_id
         if cat.name != "kwok":  # upstream's kwok provider sets no region label
             labels[LABEL_REGION] = region
         labels.pop(LABEL_HOSTNAME, None)
@@ -436,7 +530,17 @@ class SimulatedCloudProvider:
         return (inst.instance_type, inst.offering) if inst is not None else None
 
     def is_drifted(self, nodeclaim: dict, nodeclass: dict | None) -> str | None:
-        return None  # NodeClass drift is judged from the NodeClass hash annotation (karpy.disruption.drift)
+        """``CapacityReservationDrift`` for a node launched into a capacity reservation the cloud no longer
+        has (upstream's AWS provider); NodeClass drift is judged from the NodeClass hash annotation
+        (karpy.disruption.drift)."""
+        inst = self.cloud.find((nodeclaim.get("status") or {}).get("providerID") or "")
+        rid = inst.offering.reservation_id if inst is not None else None
+        if rid is not None and rid not in self.cloud.reservations:
+            return CAPACITY_RESERVATION_DRIFT
+        return None
+
+    def subscribe_drift(self, callback: Callable[[], None]) -> None:
+        self.cloud.subscribe_drift(callback)
 
     def subscribe_interruptions(self, callback: Callable[[], None]) -> None:
         self.cloud.subscribe(callback)
@@ -480,11 +584,14 @@ def adopt_instances(provider: SimulatedCloudProvider, nodeclaims: list[dict], no
         cat = provider.catalog(ref)
         nodeclass = provider.lookup(ref.get("kind") or cat.nodeclass_kind, ref.get("name", ""))
         region = cloud.region_for(cat)
-        it = next((t for t in cat.instance_types(region, nodeclass) if t.name == labels.get(LABEL_INSTANCE_TYPE)), None)
+        it = next((t for t in provider._catalog_types(cat, region, nodeclass)
+                   if t.name == labels.get(LABEL_INSTANCE_TYPE)), None)
         if it is None or not it.offerings:
             continue
+        rid = labels.get(reservation_label(cat.name))
         o = next((x for x in it.offerings if x.zone == labels.get(LABEL_ZONE)
-                  and x.capacity_type == labels.get(LABEL_CAPACITY_TYPE)), it.offerings[0])
+                  and x.capacity_type == labels.get(LABEL_CAPACITY_TYPE) and x.reservation_id == rid),
+                 it.offerings[0])
         node = by_pid.get(pid)
         claim_name = claim["metadata"]["name"]
         if node is not None:

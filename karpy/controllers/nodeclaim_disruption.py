@@ -3,7 +3,8 @@
 * **Drifted**: a NodeClaim whose NodePool template hash, requirements or
   NodeClass hash no longer match what it was launched with gets
   ``Drifted=True`` with the reason (``NodePoolDrifted``, ``RequirementsDrifted``,
-  ``NodeClassDrift``); the condition goes when the drift does.
+  ``NodeClassDrift``, or the cloud provider's own, such as ``CapacityReservationDrift``
+  for a node whose capacity reservation is gone); the condition goes when the drift does.
 * **Consolidatable**: ``consolidateAfter`` after the last pod event (or after
   initialization), the NodeClaim is ``Consolidatable=True``; it is requeued for
   that moment.
@@ -38,6 +39,13 @@ class NodeClaimDisruption:
         mgr.watch("NodePool", self._on_nodepool)
         for kind in ("AKSNodeClass", "EC2NodeClass", "KWOKNodeClass"):
             mgr.watch(kind, self._on_nodeclass)
+        subscribe = getattr(self.env.cloud, "subscribe_drift", None)
+        if subscribe is not None:  # the cloud's side of drift changed (a capacity reservation went away)
+            subscribe(self._on_cloud)
+
+    def _on_cloud(self) -> None:
+        for name in sorted(self.env.cluster.by_claim):
+            self.env.mgr.enqueue(self, name)
 
     def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype == DELETED:

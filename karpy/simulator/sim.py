@@ -122,6 +122,8 @@ class Simulation:
         self.log = log if log is not None else Logger(self.clock, level="error")
         self.recorder = Recorder(self.api, self.clock)
         self.provider = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder)
+        self.provider.reserved_capacity = self.settings.gate("ReservedCapacity")
+        self.cloud.set_reservations(spec.get("reservations"))
         self.karpenter: Karpenter | None = None
         if karpenter:
             self.karpenter = build(self.mgr, self.api, self.clock, self.provider, self.settings,
@@ -226,6 +228,8 @@ class Simulation:
             self._interrupt(arg)
         elif action == "condition":
             self._condition(arg)
+        elif action == "reservations":
+            self.cloud.set_reservations(arg)
         self.drain()
 
     def _patch(self, p: dict) -> None:
