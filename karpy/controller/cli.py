@@ -33,7 +33,7 @@ def _azure_options(f):
 @click.option("--health-probe-port", "health_probe_port", default=None,
               help="Port of /healthz and /readyz [HEALTH_PROBE_PORT; default: 8081].")
 @click.option("--leader-elect", "leader_elect", default=None, is_flag=False, flag_value="true",
-              help="Elect a leader on a Lease before reconciling: true|false [LEADER_ELECT; default: true].")
+              help="Elect a leader on a Lease before reconciling: true|false [LEADER_ELECT, or DISABLE_LEADER_ELECTION=true; default: true].")
 @click.option("--feature-gates", "feature_gates", default=None, help="K=true|false,... [FEATURE_GATES].")
 @click.option("--batch-idle-duration", "batch_idle_duration", default=None,
               help="Provisioning batch idle time [BATCH_IDLE_DURATION; default: 1s].")

@@ -164,6 +164,8 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
     v, name = pick("leader_elect")
     if v is not None:
         s.leader_elect = _bool(name, v)
+    elif env.get("DISABLE_LEADER_ELECTION"):  # upstream's variable now; LEADER_ELECT is its older one
+        s.leader_elect = not _bool("DISABLE_LEADER_ELECTION", env["DISABLE_LEADER_ELECTION"])
     v, name = pick("feature_gates")
     if v is not None:
         s.feature_gates = parse_feature_gates(name, v)
