@@ -203,5 +203,11 @@ from .viewer.cli import viewer as _viewer  # noqa: E402
 
 main.add_command(_viewer)
 
+
+from .compare.cli import compare as _compare, sweep as _sweep  # noqa: E402
+
+main.add_command(_compare)
+main.add_command(_sweep)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
