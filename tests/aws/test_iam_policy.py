@@ -1,4 +1,4 @@
-"""deploy/iam-policy.json allows every AWS call karpy's AWS provider makes (kept in step with the code)."""
+"""iam/aws-controller-policy.json allows every AWS call karpy's AWS provider makes (kept in step with the code)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _pascal(snake: str) -> str:
 
 
 def test_the_policy_allows_every_call_the_code_makes():
-    allowed = {a for s in json.loads((ROOT / "deploy" / "iam-policy.json").read_text())["Statement"]
+    allowed = {a for s in json.loads((ROOT / "iam" / "aws-controller-policy.json").read_text())["Statement"]
                for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     used = set()
     for f in (ROOT / "karpy" / "cloudprovider" / "ec2").glob("*.py"):
