@@ -45,9 +45,11 @@ def main() -> None:
 @click.option("--kubeconfig", "kubeconfig", default=None, help="With --from-cluster: the kubeconfig (default: "
               "$KUBECONFIG, then ~/.kube/config).")
 @click.option("--context", "context", default=None, help="With --from-cluster: the kubeconfig context.")
+@click.option("--plot", "plot", default=None, metavar="FILE.png|.svg|.html",
+              help="Also draw cost and NodeClaims over simulated time, disruptions marked.")
 def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool, settle: bool, region: str | None,
              kustomize: tuple[str, ...], from_cluster: bool, kubeconfig: str | None, context: str | None,
-             prices: str | None) -> None:
+             prices: str | None, plot: str | None = None) -> None:
     """Simulate Karpenter on the manifests in PATH... (files, directories, or - for stdin).
 
     With --from-cluster: what would Karpenter do in this cluster if PATH... were applied?"""
@@ -69,6 +71,14 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         _fail_input([f"--until: Invalid value: \"{until}\": must be a non-negative duration"])
     if region is not None and not region.strip():
         _fail_input([f"--region: Invalid value: {json.dumps(region)}: must not be empty"])
+    if plot is not None:
+        from .compare.plots import check_path
+        from .compare.run import InputError
+
+        try:
+            check_path(plot)
+        except InputError as e:
+            _fail_input(e.lines)
     _tune_gc()
     cluster: list[dict] = []
     cluster_now = None
@@ -118,6 +128,11 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
             if progress is not None:
                 progress.close()
         text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
+        if plot is not None:
+            from .compare.plots import plot_runs
+            from .simulator.output import summary
+
+            plot_runs([(" ".join(paths) or "simulation", summary(sim)["status"])], plot)
         if sim.stopped:
             click.echo(f"warning: {sim.stopped}", err=True)
         _note_estimated_prices(sim)

@@ -224,17 +224,20 @@ def _sweep_table(rows: list[dict], front: list[dict], cost_key: str) -> str:
     from rich.table import Table
 
     from ..simulator.output import TABLE_STYLE, table_width
+    from .sweep import flat
 
     buf = io.StringIO()
     console = Console(file=buf, width=table_width(), force_terminal=False, color_system=None, highlight=False,
                       markup=False, emoji=False)
     on_front = {r["key"] for r in front}
+    axes = list(rows[0]["values"]) if rows else []
     t = Table(title=f"Sweep: {len(rows)} variants (* on the Pareto front of cost against pods evicted)",
               **{**TABLE_STYLE, "box": box.SIMPLE_HEAD})
-    for col in ("", "VARIANT", "$/HOUR END", "$/HOUR AVG", "NODECLAIMS", "PENDING", "DISRUPTIONS", "EVICTED"):
-        t.add_column(col, justify="left" if col in ("", "VARIANT") else "right", overflow="fold")
+    for col in ("", " / ".join(axes) or "VARIANT", "$/HOUR END", "$/HOUR AVG", "NODECLAIMS", "PENDING", "DISRUPTIONS", "EVICTED"):
+        t.add_column(col, justify="right" if col.startswith("$") or col.isupper() and col != "VARIANT" else "left",
+                     overflow="fold")
     for r in rows:
-        t.add_row("*" if r["key"] in on_front else "", r["variant"], f"{r['costPerHour']:.4f}",
+        t.add_row("*" if r["key"] in on_front else "", " / ".join(flat(v) for v in r["values"].values()), f"{r['costPerHour']:.4f}",
                   f"{r['costPerHourAverage']:.4f}", str(r["nodeClaims"]), str(r["podsPending"]),
                   str(r["disruptions"]), str(r["podsEvicted"]))
     console.print(t)

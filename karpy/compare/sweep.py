@@ -138,16 +138,18 @@ def write_csv(path: str, rows: list[dict], axes: list[str], front: list[dict]) -
     on_front = {r["key"] for r in front}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["index", "variant", *axes, *COLUMNS, "pareto", *MIX_COLUMNS, "key"])
+        # the mixes are named apart from the axes (an axis may be called capacityTypes too)
+        w.writerow(["index", "variant", *axes, *COLUMNS, "pareto", *(f"{c}AtEnd" for c in MIX_COLUMNS[:3]),
+                    MIX_COLUMNS[3], "key"])
         for r in rows:
-            w.writerow([r["index"], r["variant"], *(_flat(r["values"].get(a)) for a in axes),
+            w.writerow([r["index"], r["variant"], *(flat(r["values"].get(a)) for a in axes),
                         *(r[c] for c in COLUMNS), str(r["key"] in on_front).lower(),
                         *(_mix(r[c]) for c in MIX_COLUMNS), r["key"]])
 
 
-def _flat(v: Any) -> str:
+def flat(v: Any) -> str:
     if isinstance(v, (list, tuple)):
-        return "+".join(_flat(x) for x in v)
+        return "+".join(flat(x) for x in v)
     if isinstance(v, dict):
         return orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode()
     return "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
