@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Write karpy's CustomResourceDefinitions to deploy/crds/ (one file per CRD).
+"""Write karpy's CustomResourceDefinitions to deploy/crds/ and charts/karpy/crds/ (one file per CRD).
 
-    python scripts/gen_crds.py            # (re)write deploy/crds/*.yaml
-    python scripts/gen_crds.py --check    # exit 1 if deploy/crds/ is out of date
+    python scripts/gen_crds.py            # (re)write deploy/crds/*.yaml and charts/karpy/crds/*.yaml
+    python scripts/gen_crds.py --check    # exit 1 if either is out of date
 
 The CRDs come from karpy's own API schema (karpy.api.crds); rerun this after
 changing karpy/api/nodepool.py or karpy/api/nodeclass.py. Files in
-deploy/crds/ that no CRD produces any more are removed (or reported by --check).
+those directories that no CRD produces any more are removed (or reported by --check).
 """
 
 from __future__ import annotations
@@ -24,15 +24,22 @@ from karpy.api.crds import files  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report differences instead of writing")
-    ap.add_argument("--out", type=Path, default=ROOT / "deploy" / "crds", help="the directory to write")
+    ap.add_argument("--out", type=Path, action="append",
+                    help="a directory to write (repeatable) [default: deploy/crds and charts/karpy/crds]")
     args = ap.parse_args(argv)
 
     want = files()
-    out: Path = args.out
+    status = 0
+    for out in args.out or [ROOT / "deploy" / "crds", ROOT / "charts" / "karpy" / "crds"]:
+        status |= sync(want, out, args.check)
+    return status
+
+
+def sync(want: dict[str, str], out: Path, check: bool) -> int:
     have = {p.name: p.read_text() for p in sorted(out.glob("*.yaml"))} if out.is_dir() else {}
     stale = sorted(n for n in want if have.get(n) != want[n])
     extra = sorted(n for n in have if n not in want)
-    if args.check:
+    if check:
         for n in stale:
             print(f"{out / n}: out of date", file=sys.stderr)
         for n in extra:
