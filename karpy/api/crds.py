@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from . import nodeclass, nodeoverlay, nodepool
+from . import capacitybuffer, nodeclass, nodeoverlay, nodepool
 from .schema import CRD_QUANTITY_PATTERN, NO_DEFAULT, Node, rule_cel
 
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
@@ -65,6 +65,7 @@ class CRDKind:
     printer_columns: tuple[dict, ...] = ()
     scale: dict | None = None
     deprecated: tuple[tuple[str, str], ...] = ()  # (version, deprecation warning)
+    namespaced: bool = False
 
     @property
     def singular(self) -> str:
@@ -142,6 +143,27 @@ KINDS: tuple[CRDKind, ...] = (
         status=nodeoverlay.NODEOVERLAY_STATUS,
         short_names=("overlays",),
         printer_columns=(_col("Ready", _READY), _AGE, _col("Weight", ".spec.weight", "integer", priority=1)),
+    ),
+    CRDKind(
+        kind="CapacityBuffer",
+        group=capacitybuffer.GROUP,
+        plural="capacitybuffers",
+        versions=("v1beta1",),
+        storage="v1beta1",
+        schema=capacitybuffer.CAPACITYBUFFER,
+        status=capacitybuffer.STATUS,
+        short_names=("cb",),
+        categories=("autoscaling",),
+        namespaced=True,
+        printer_columns=(
+            _col("Strategy", ".spec.provisioningStrategy"),
+            _col("PodTemplate", ".status.podTemplateRef.name"),
+            _col("Replicas", ".status.replicas", "integer"),
+            _col("ConditionsType", ".status.conditions[*].type"),
+            _col("ConditionsStatus", ".status.conditions[*].status"),
+            _col("ConditionsReason", ".status.conditions[*].reason"),
+            _AGE,
+        ),
     ),
     CRDKind(
         kind="AKSNodeClass",
@@ -358,7 +380,8 @@ def crd(k: CRDKind) -> dict:
             "name": k.name,
             "labels": {"app.kubernetes.io/part-of": "karpy"},
         },
-        "spec": {"group": k.group, "names": names, "scope": "Cluster", "versions": versions},
+        "spec": {"group": k.group, "names": names, "scope": "Namespaced" if k.namespaced else "Cluster",
+                 "versions": versions},
     }
 
 

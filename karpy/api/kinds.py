@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import core, nodeclass, nodeoverlay, nodepool
+from . import capacitybuffer, core, nodeclass, nodeoverlay, nodepool
 from .schema import Ctx, Node, fmt_value, json_type, not_supported, required, walk
 
 
@@ -29,7 +29,9 @@ _KINDS: list[KindInfo] = [
     ),
     KindInfo(("karpenter.k8s.aws/v1",), "EC2NodeClass", False, nodeclass.EC2_NODE_CLASS, crd=True),
     KindInfo(("karpenter.kwok.sh/v1alpha1",), "KWOKNodeClass", False, nodeclass.KWOK_NODE_CLASS, crd=True),
+    KindInfo((capacitybuffer.API_VERSION,), capacitybuffer.KIND, True, capacitybuffer.CAPACITYBUFFER, crd=True),
     KindInfo(("v1",), "Pod", True, core.POD),
+    KindInfo(("v1",), "PodTemplate", True, capacitybuffer.POD_TEMPLATE),
     KindInfo(("v1",), "Node", False, core.NODE),
     KindInfo(("v1",), "Namespace", False, core.NAMESPACE),
     KindInfo(("v1",), "PersistentVolumeClaim", True, core.PVC),

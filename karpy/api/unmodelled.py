@@ -73,9 +73,6 @@ AFFECTING: dict[tuple[str, str], str] = {
     ("resource.k8s.io", "DeviceTaintRule"): _DRA,
     ("storage.k8s.io", "CSIStorageCapacity"): "it limits where a StorageClass can provision volumes, "
                                               "which karpy does not simulate",
-    ("autoscaling.x-k8s.io", "CapacityBuffer"): "it keeps headroom provisioned for pods that do not exist yet "
-                                                "(upstream's CapacityBuffer feature gate), which karpy does not "
-                                                "simulate yet (docs/feature-gates.md)",
     ("autoscaling.k8s.io", "VerticalPodAutoscaler"): "it changes its pods' requests, which karpy does not simulate",
     ("keda.sh", "ScaledObject"): "it scales a workload, which karpy does not simulate; "
                                  "set the replicas you expect, or use a HorizontalPodAutoscaler",

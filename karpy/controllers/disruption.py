@@ -307,6 +307,8 @@ class Disruption:
                 fresh[sn.key] = (ck, st)
             nodes.append(st)
         self._node_states = fresh
+        for st in nodes:
+            st.buffer_pods = self.provisioner.buffer_pods.get(st.name, 0)
         # launched NodeClaims that have not registered yet are capacity too (never candidates)
         for sn in ordered:
             if sn.node is not None or sn.claim is None or not sn.launched() or sn.deleting() or sn.name not in existing:

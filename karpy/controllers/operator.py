@@ -9,6 +9,7 @@ from ..runtime.events import Recorder
 from ..runtime.log import Logger
 from ..runtime.manager import Manager
 from ..state.cluster import Cluster
+from .capacitybuffer import CapacityBufferController
 from .disruption import Disruption
 from .env import Env, Settings
 from .expiration import Expiration
@@ -64,6 +65,8 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
         mgr.add(NodeHealth(env))
     if env.settings.gate("NodeOverlay"):  # NodeOverlays change the instance types' prices and capacities
         mgr.add(NodeOverlayController(env))
+    if env.settings.gate("CapacityBuffer"):  # CapacityBuffers' status, and their virtual pods in provisioning
+        mgr.add(CapacityBufferController(env, provisioner))
     if env.settings.gate("StaticCapacity"):  # static NodePools (spec.replicas), as upstream's gate
         mgr.add(StaticProvisioning(env, provisioner))
         mgr.add(StaticDeprovisioning(env))

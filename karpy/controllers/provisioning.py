@@ -47,6 +47,7 @@ from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, 
 from ..scheduling.volumes import has_volume_claims
 from ..state import pods as P
 from ..state.cluster import PodEntry, StateNode
+from . import capacitybuffer
 from .env import Env
 from .nodepool import nodeclass_readiness
 from ..runtime.manager import deleting
@@ -125,6 +126,7 @@ class Provisioner:
         self._well_known_cache: tuple[int, tuple[frozenset[str], frozenset[str]]] | None = None
         self.ignored: list[tuple[PodEntry, str]] = []  # pending pods the last provisionable() left out, and why
         self.solves = 0
+        self.buffer_pods: dict[str, int] = {}  # node name -> CapacityBuffer virtual pods the last pass put there
 
     def setup(self, mgr) -> None:
         pass
@@ -301,7 +303,10 @@ class Provisioner:
                 deleting.append(e)
         key = lambda e: (P.parse_time(e.obj["metadata"].get("creationTimestamp")) or 0.0, e.key)  # noqa: E731
         self.ignored = sorted(ignored, key=lambda t: key(t[0]))
-        return sorted(pending, key=key), sorted(deleting, key=key)
+        pending = sorted(pending, key=key)
+        if self.env.settings.gate(capacitybuffer.GATE):  # after validation, as upstream's GetPendingPods
+            pending += capacitybuffer.virtual_pods(self.env)
+        return pending, sorted(deleting, key=key)
 
     def existing(self, reserve_nominated: bool = True) -> list[ExistingNode]:
         """Nodes and launched NodeClaims with their bound pods and the pods of nodes being deleted that
@@ -350,6 +355,8 @@ class Provisioner:
                 env.recorder.publish(ref(e.obj), "FailedScheduling", f"Failed to schedule pod, {msg}", "Warning")
             self._messages[e.key] = msg
         pods = pending + deleting
+        if self.buffer_pods and not any(capacitybuffer.is_virtual(e.key, e.obj) for e in pending):
+            self.buffer_pods = {}  # no CapacityBuffer keeps room any more
         if not pods:
             return
         noop_key = (c.version, tuple(e.key for e in pods), env.cloud.ice_key() if hasattr(env.cloud, "ice_key") else ())
@@ -360,7 +367,12 @@ class Provisioner:
         self.solves += 1
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))
-        results = s.solve([c.pod_info(e) for e in pods])
+        infos = [c.pod_info(e) for e in pods]
+        results = s.solve(infos)
+        if env.settings.gate(capacitybuffer.GATE):
+            failed = [i for i in infos if i.key in results.errors and capacitybuffer.is_virtual(i.key, i.obj)]
+            self.buffer_pods = capacitybuffer.record(env, results.existing, [nc.pods for nc in results.new_nodeclaims],
+                                                     failed)
         if results.new_nodeclaims:
             env.log.info("found provisionable pod(s)", controller=self.name, Pods=pretty_slice([e.key for e in pods], 5),
                          duration=go_duration(time.perf_counter() - started))

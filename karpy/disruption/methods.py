@@ -251,6 +251,10 @@ class DisruptionEngine:
             if c.empty:
                 events.append(Event("Node", c.name, "Unconsolidatable", f'NodePool "{c.node.nodepool}" has consolidation disabled'))
             return False
+        if c.empty and c.node.buffer_pods:
+            # a node holding a CapacityBuffer's virtual pods is kept room, not an empty node (upstream's emptiness)
+            events.append(Event("Node", c.name, "Unconsolidatable", f'Node "{c.name}" has buffer pods'))
+            return False
         return c.empty and c.node.consolidatable
 
     def _consolidation_filter(self, c: Candidate, events: list[Event]) -> bool:

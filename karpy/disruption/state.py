@@ -137,6 +137,7 @@ class NodeState:
     termination_grace_period: float | None = None
     capacity_type: str | None = None
     zone: str | None = None
+    buffer_pods: int = 0  # CapacityBuffer virtual pods the last provisioning pass placed here
 
     @property
     def managed(self) -> bool:

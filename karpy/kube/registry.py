@@ -51,6 +51,7 @@ TYPES: list[ResourceType] = [
     ResourceType("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), (), _STATUS),
     ResourceType("", "v1", "PersistentVolume", "persistentvolumes", False, ("pv",), (), _STATUS),
     ResourceType("", "v1", "ConfigMap", "configmaps", True, ("cm",)),
+    ResourceType("", "v1", "PodTemplate", "podtemplates", True),
     ResourceType("", "v1", "Secret", "secrets", True),
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",)),
     ResourceType("", "v1", "Service", "services", True, ("svc",), ("all",), _STATUS),
@@ -74,6 +75,8 @@ TYPES: list[ResourceType] = [
     ResourceType("karpenter.sh", "v1", "NodeClaim", "nodeclaims", False, (), ("karpenter",), _STATUS, verbs=_CR_VERBS),
     ResourceType("karpenter.sh", "v1alpha1", "NodeOverlay", "nodeoverlays", False, ("overlays",), ("karpenter",), _STATUS,
                  verbs=_CR_VERBS),
+    ResourceType("autoscaling.x-k8s.io", "v1beta1", "CapacityBuffer", "capacitybuffers", True, ("cb",),
+                 ("autoscaling",), _STATUS, verbs=_CR_VERBS),
     ResourceType("karpenter.azure.com", "v1beta1", "AKSNodeClass", "aksnodeclasses", False, ("aksnc", "aksncs"),
                  ("karpenter", "nap"), _STATUS, versions=("v1beta1", "v1alpha2"), verbs=_CR_VERBS),
     ResourceType("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses", False, ("ec2nc", "ec2ncs"),
@@ -86,7 +89,7 @@ BY_KIND: dict[str, ResourceType] = {t.kind: t for t in TYPES}
 BY_GROUP_PLURAL: dict[tuple[str, str], ResourceType] = {(t.group, t.plural): t for t in TYPES}
 
 NODECLASS_KINDS = frozenset({"AKSNodeClass", "EC2NodeClass", "KWOKNodeClass"})
-CRD_KINDS = NODECLASS_KINDS | {"NodePool", "NodeClaim", "NodeOverlay"}
+CRD_KINDS = NODECLASS_KINDS | {"NodePool", "NodeClaim", "NodeOverlay", "CapacityBuffer"}
 # the kinds whose objects carry metadata.generation (kube-apiserver sets it for these only; custom resources too)
 GENERATION_KINDS = CRD_KINDS | {"Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job",
                                 "PodDisruptionBudget", "PriorityClass", "CustomResourceDefinition"}

@@ -21,7 +21,7 @@ from .samples import average_cost, samples
 from .sim import Simulation
 
 PREFIX = "Failed to schedule pod, "
-OUTPUT_KINDS = ("NodePool", "NodeOverlay", "NodeClaim", "Node", "Pod", "PodDisruptionBudget")
+OUTPUT_KINDS = ("NodePool", "NodeOverlay", "CapacityBuffer", "NodeClaim", "Node", "Pod", "PodDisruptionBudget")
 
 
 def _price(x: float) -> str:
