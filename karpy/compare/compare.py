@@ -107,7 +107,7 @@ def render_table(data: dict, width: int = 120) -> str:
     for c, d in zip(configs[1:], data["differences"]):
         per_month = d["costPerHour"] * HOURS_PER_MONTH
         console.print(f"{c['name']} against {first['name']}: {_money(d['costPerHour'])}/hour at the end "
-                      f"({_money(per_month, 2)}/month), {_money(d['costPerHourAverage'])}/hour averaged")
+                      f"({_money(per_month, 2)}/month), {_money(d['costPerHourAverage'])}/hour averaged", soft_wrap=True)
     for c in configs:
         if c.get("stoppedEarly"):
             console.print(f"{c['name']}: {c['stoppedEarly']}")
