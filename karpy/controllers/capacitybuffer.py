@@ -153,7 +153,7 @@ class CapacityBufferController:
             _set_condition(status, READY, "True", reason, message, env.now(), gen)
         status["provisioningStrategy"] = (buffer.get("spec") or {}).get("provisioningStrategy")
         if status != (buffer.get("status") or {}):
-            env.api.patch(KIND, name, {"status": status}, namespace=ns, subresource="status")
+            env.api.patch("CapacityBuffer", name, {"status": status}, namespace=ns, subresource="status")
         if replicas is not None:
             self.provisioner.trigger(f"capacitybuffer/{ns}/{name}")
         return RESYNC
@@ -254,6 +254,6 @@ def record(env: Env, existing: dict[str, list], new: list[list], failed: list) -
             _set_condition(status, PROVISIONING, "True", "FitsExistingCapacity",
                            f"All {desired} virtual pods fit on existing capacity", env.now(), gen)
         if status != (b.get("status") or {}):
-            env.api.patch(KIND, meta["name"], {"status": status}, namespace=meta.get("namespace") or "default",
+            env.api.patch("CapacityBuffer", meta["name"], {"status": status}, namespace=meta.get("namespace") or "default",
                           subresource="status")
     return per_node
