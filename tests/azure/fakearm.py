@@ -63,7 +63,6 @@ def skus_from_catalog(location: str, names: list[str] | None = None) -> list[dic
             "vCPUs": str(s["vcpu"]), "MemoryGB": f"{s['memory'] / 1024:g}",
             "CpuArchitectureType": "Arm64" if s["arch"] == "arm64" else "x64",
             "HyperVGenerations": "V2" if s["arch"] == "arm64" else "V1,V2",
-            "AcceleratedNetworkingEnabled": "True" if s.get("accelerated_networking") else "False",
             "PremiumIO": "True" if s.get("premium_io") else "False",
             "LowPriorityCapable": "True",
             "EphemeralOSDiskSupported": "True" if local_disk else "False",
@@ -71,6 +70,8 @@ def skus_from_catalog(location: str, names: list[str] | None = None) -> list[dic
             "CachedDiskBytes": str(s["vcpu"] * 25 * 2**30 if local_disk else 0),
             "EncryptionAtHostSupported": "True",
         }
+        if s.get("accelerated_networking") is not None:
+            caps["AcceleratedNetworkingEnabled"] = str(bool(s["accelerated_networking"]))
         gpus = s.get("gpus") or {}
         if gpus.get("count"):
             caps["GPUs"] = str(gpus["count"])
