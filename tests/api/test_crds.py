@@ -128,10 +128,11 @@ def seed_manifests() -> list[tuple[str, dict]]:
 # --- generation -----------------------------------------------------------------------------
 
 
-def test_six_crds_with_upstreams_names_and_versions():
+def test_seven_crds_with_upstreams_names_and_versions():
     got = {c["metadata"]["name"]: c for c in C.crds()}
     assert sorted(got) == [
         "aksnodeclasses.karpenter.azure.com",
+        "capacitybuffers.autoscaling.x-k8s.io",
         "ec2nodeclasses.karpenter.k8s.aws",
         "kwoknodeclasses.karpenter.kwok.sh",
         "nodeclaims.karpenter.sh",
@@ -143,18 +144,21 @@ def test_six_crds_with_upstreams_names_and_versions():
     assert versions["nodepools.karpenter.sh"] == [("v1", True, True)]
     assert versions["kwoknodeclasses.karpenter.kwok.sh"] == [("v1alpha1", True, True)]
     assert versions["nodeoverlays.karpenter.sh"] == [("v1alpha1", True, True)]
+    assert versions["capacitybuffers.autoscaling.x-k8s.io"] == [("v1beta1", True, True)]
     short = {n: c["spec"]["names"].get("shortNames") for n, c in got.items()}
     assert short == {
         "aksnodeclasses.karpenter.azure.com": ["aksnc", "aksncs"],
+        "capacitybuffers.autoscaling.x-k8s.io": ["cb"],
         "ec2nodeclasses.karpenter.k8s.aws": ["ec2nc", "ec2ncs"],
         "kwoknodeclasses.karpenter.kwok.sh": ["kwoknc", "kwokncs"],
         "nodeclaims.karpenter.sh": None,
         "nodeoverlays.karpenter.sh": ["overlays"],
         "nodepools.karpenter.sh": None,
     }
-    for c in got.values():
-        assert c["spec"]["scope"] == "Cluster"
-        assert "karpenter" in c["spec"]["names"]["categories"]
+    for n, c in got.items():  # a CapacityBuffer lives in its pods' namespace, as upstream's
+        assert c["spec"]["scope"] == ("Namespaced" if n.startswith("capacitybuffers.") else "Cluster")
+        # upstream's CapacityBuffer CRD is in category autoscaling, the others in karpenter
+        assert ("autoscaling" if n.startswith("capacitybuffers.") else "karpenter") in c["spec"]["names"]["categories"]
         for v in c["spec"]["versions"]:
             assert v["subresources"]["status"] == {}
     np_v1 = got["nodepools.karpenter.sh"]["spec"]["versions"][0]
@@ -180,7 +184,7 @@ def test_printer_columns_follow_upstream():
 def test_crds_agree_with_the_api_registry():
     for k in C.KINDS:
         t = registry.BY_KIND[k.kind]
-        assert (t.group, t.plural, t.namespaced) == (k.group, k.plural, False)
+        assert (t.group, t.plural, t.namespaced) == (k.group, k.plural, k.namespaced)
         assert set(t.served_versions()) == set(k.versions)
         assert t.version == k.storage
 
