@@ -4,6 +4,8 @@
     python scripts/gen_crds.py            # (re)write deploy/crds/*.yaml and charts/karpy/crds/*.yaml
     python scripts/gen_crds.py --check    # exit 1 if either is out of date
 
+It also copies deploy/rbac.yaml into charts/karpy/files/rbac.yaml, whose rules the chart's roles grant.
+
 The CRDs come from karpy's own API schema (karpy.api.crds); rerun this after
 changing karpy/api/nodepool.py or karpy/api/nodeclass.py. Files in
 those directories that no CRD produces any more are removed (or reported by --check).
@@ -32,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for out in args.out or [ROOT / "deploy" / "crds", ROOT / "charts" / "karpy" / "crds"]:
         status |= sync(want, out, args.check)
+    if not args.out:
+        rbac = ROOT / "deploy" / "rbac.yaml"
+        status |= sync({"rbac.yaml": rbac.read_text()}, ROOT / "charts" / "karpy" / "files", args.check)
     return status
 
 

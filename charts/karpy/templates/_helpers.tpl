@@ -103,16 +103,16 @@ as upstream's chart does. */}}
 {{- toYaml $constraints }}
 {{- end }}
 
-{{/* Refuse values karpy cannot honour: an unknown provider, a provider's setting with another provider, a missing
-cluster name. */}}
+{{/* Refuse values karpy cannot honour: an unknown provider, a provider's setting with another provider, AWS without a
+cluster name (Azure's settings, upstream's controller.env, are checked by karpy at start: a missing one exits 2). */}}
 {{- define "karpy.validate" -}}
 {{- $provider := .Values.cloudProvider }}
 {{- if not (has $provider (list "kwok" "simulated" "aws" "azure")) }}
 {{- fail (printf "cloudProvider: %q is not one of kwok, simulated, aws, azure" (toString $provider)) }}
 {{- end }}
 {{- $s := .Values.settings }}
-{{- if and (has $provider (list "aws" "azure")) (not $s.clusterName) }}
-{{- fail (printf "settings.clusterName is required with cloudProvider %s: --set settings.clusterName=NAME" $provider) }}
+{{- if and (eq $provider "aws") (not $s.clusterName) }}
+{{- fail "settings.clusterName is required with cloudProvider aws: --set settings.clusterName=NAME" }}
 {{- end }}
 {{- if ne $provider "aws" }}
 {{- $aws := list }}
@@ -152,4 +152,21 @@ logOutputPaths: karpy writes every log line to standard output
 {{- if not (has (toJson .Values.logErrorOutputPaths) (list "[\"stderr\"]" "[\"stdout\"]")) }}
 logErrorOutputPaths: karpy writes every log line to standard output
 {{- end }}
+{{- end }}
+
+{{/* The rules of one role of files/rbac.yaml (a copy of deploy/rbac.yaml) as YAML: (list $ "KIND/NAME"). */}}
+{{- define "karpy.rules" -}}
+{{- $root := index . 0 }}
+{{- $want := index . 1 }}
+{{- $rules := list }}
+{{- range ($root.Files.Get "files/rbac.yaml" | splitList "\n---") }}
+{{- $doc := fromYaml . }}
+{{- if eq (printf "%s/%s" (toString $doc.kind) (toString ($doc.metadata).name)) $want }}
+{{- $rules = $doc.rules }}
+{{- end }}
+{{- end }}
+{{- if not $rules }}
+{{- fail (printf "files/rbac.yaml has no %s: run python scripts/gen_crds.py" $want) }}
+{{- end }}
+{{- toYaml $rules }}
 {{- end }}
