@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..disruption import highs
 from ..resources import DurationRangeError, parse_duration
 from ..timeutil import normalize_rfc3339
 from . import autoscaling
@@ -99,6 +100,7 @@ FEATURE_GATE_DEFAULTS = {
     # karpy's own improvements on upstream's decisions (docs/feature-gates.md), off by default
     "CostRefinement": False,
     "ZonePinning": False,
+    "ConsolidationOptimizer": False,
 }
 
 ACTIONS = ("apply", "advance", "scale", "patch", "delete", "interrupt", "unavailable", "available", "condition",
@@ -133,6 +135,8 @@ def _check_feature_gates(gates: dict, path: str, ctx: Ctx) -> None:
     for k in gates:
         if k not in FEATURE_GATE_DEFAULTS:
             ctx.err(child(path, k), not_supported(k, FEATURE_GATE_DEFAULTS))
+        elif k == highs.GATE and gates[k] is True and highs.missing():
+            ctx.err(child(path, k), highs.missing())
 
 
 def _check_default_constraints(lst: list, path: str, ctx: Ctx) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ..cloudprovider.arm.settings import ENV as AZURE_ENV
 from ..controllers.env import DEFAULT_FEATURE_GATES
+from ..disruption import highs
 from ..resources import parse_duration
 from ..runtime.log import LEVELS
 
@@ -120,6 +121,8 @@ def parse_feature_gates(name: str, value: str) -> dict[str, bool]:
             known = ", ".join(sorted(DEFAULT_FEATURE_GATES))
             raise SettingsError(f'{name}: unrecognized feature gate "{k}" (known: {known})')
         gates[k] = _bool(f"{name} {k}", v)
+    if gates.get(highs.GATE) and highs.missing():
+        raise SettingsError(f"{name}: {highs.missing()}")
     return gates
 
 

@@ -129,7 +129,7 @@ class Disruption:
             self._last_key = key
             return POLL_PERIOD
         self._last_key = None
-        if cmd.method in ("emptiness", "multi", "single"):
+        if cmd.method in ("emptiness", "multi", "single", "optimizer"):
             self.validating = cmd
             self.validate_at = env.now() + VALIDATION_DELAY
             return VALIDATION_DELAY

@@ -21,9 +21,10 @@ DEFAULT_FEATURE_GATES = {
     # karpy's own (docs/feature-gates.md): off by default, so decisions are upstream's
     "CostRefinement": False,
     "ZonePinning": False,
+    "ConsolidationOptimizer": False,
 }
 # the gates that are karpy's own: with any of them on, `karpy simulate` also runs upstream's decisions
-KARPY_GATES = ("CostRefinement", "ZonePinning")
+KARPY_GATES = ("CostRefinement", "ZonePinning", "ConsolidationOptimizer")
 
 
 @dataclass

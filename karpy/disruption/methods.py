@@ -33,7 +33,7 @@ from ..resources import parse_quantity
 from ..scheduling.requirements import IN, Requirement, Requirements
 from ..scheduling.pods import moving
 from ..scheduling.scheduler import NewNodeClaim, Prepared, Results, Scheduler
-from . import balanced
+from . import balanced, optimizer
 from .budgets import budget_mapping, blocked_nodepools
 from .candidates import (
     EVENTUAL,
@@ -221,7 +221,7 @@ class DisruptionEngine:
 
     def step(self, snapshot: ClusterSnapshot, version: int = 0) -> StepResult:
         out = StepResult(None)
-        for method in ("emptiness", "static_drift", "drift", "multi", "single"):
+        for method in ("emptiness", "static_drift", "drift", "optimizer", "multi", "single"):
             if method not in ("drift", "static_drift") and self._skip(method, version, snapshot.now):
                 continue
             cmd, constrained = getattr(self, f"_{method}")(snapshot, out.events)
@@ -402,6 +402,23 @@ class DisruptionEngine:
         savings = price - cheapest_launch_price(types[0], reqs)
         return Command(UNDERUTILIZED, method, list(cands), [replacement], savings=savings, results=sim.results)
 
+    # --- karpy's ConsolidationOptimizer gate (karpy/disruption/optimizer.py) -------------------
+    def _optimizer(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
+        if not snapshot.feature_gates.get(optimizer.GATE, False):
+            return None, False
+        cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
+        if not cands:
+            return None, False
+        budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
+        constrained = any(budgets.get(c.node.nodepool or "", 0) <= 0 for c in cands)
+        found = optimizer.propose(snapshot, cands, budgets, simulate)
+        if found is None:
+            return None, constrained
+        cmd = Command(UNDERUTILIZED, "optimizer", found.candidates, list(found.replacements), savings=found.savings,
+                      results=found.results)
+        ok, _ = self._balanced_ok(snapshot, cmd, events)
+        return (cmd if ok else None), constrained
+
     # --- multi-node ---------------------------------------------------------------------
     def _multi(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
         cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
@@ -515,7 +532,7 @@ class DisruptionEngine:
             if not kept:
                 return None, why
             return Command(EMPTY, "emptiness", kept, [], savings=sum(c.price for c in kept)), None
-        if cmd.method in ("multi", "single"):
+        if cmd.method in ("multi", "single", "optimizer"):
             cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)}
             fresh = [cands.get(c.name) for c in cmd.candidates]
             if any(f is None for f in fresh):
@@ -530,6 +547,11 @@ class DisruptionEngine:
             sim = simulate(snapshot, fresh, consolidation=True)
             if not sim.ok:
                 return None, "scheduling"
+            if cmd.method == "optimizer":
+                reps, savings = optimizer.evaluate(fresh, sim.results)
+                if not optimizer.worth_it(fresh, savings) or savings + 1e-9 < cmd.savings * 0.5:
+                    return None, "scheduling"
+                return Command(UNDERUTILIZED, "optimizer", fresh, reps, savings=savings, results=sim.results), None
             new = sim.results.new_nodeclaims
             if bool(new) != bool(cmd.replacements):
                 return None, "scheduling"  # the simulation now gives a different answer
