@@ -14,8 +14,11 @@ import yaml
 from karpy.cloudprovider.arm.settings import ENV as AZURE_ENV
 from karpy.cloudprovider.arm.settings import FALLBACK_ENV as AZURE_FALLBACK_ENV
 from karpy.controller.settings import ENV, ControllerSettings, resolve
+from karpy.kube.client import KubeClient
+from karpy.kube.errors import NotFound
 
 from .helm import CHART, ROOT, helm, template, template_error
+from .test_manifests import sandbox  # noqa: F401 - the fixture: karpy sandbox --no-karpenter
 
 NAMESPACE = "karpenter"
 SELECTOR = {"app.kubernetes.io/name": "karpenter", "app.kubernetes.io/instance": "karpenter"}
@@ -374,3 +377,46 @@ def test_upstream_settings_karpy_lacks_are_named_on_the_deployment():
         "logOutputPaths: karpy writes every log line to standard output",
     ]
     assert "karpy.dev/ignored-settings" not in (deployment(render())["metadata"].get("annotations") or {})
+
+
+# --- helm install into karpy sandbox ---------------------------------------------------------------------------
+
+
+def test_helm_install_upgrade_uninstall_on_karpy_sandbox(sandbox):
+    """What a user rehearses before a real cluster: install, upgrade, a server-side dry run, uninstall."""
+    kc = str(sandbox)
+
+    def run(*args: str) -> str:
+        p = helm(*args, kubeconfig=kc)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    out = run("install", "karpenter", str(CHART), "--namespace", "kube-system", "--set", "settings.clusterName=sandbox")
+    assert "STATUS: deployed" in out
+    assert "karpy 0.1.0 runs as Deployment kube-system/karpenter with cloud provider kwok for cluster sandbox." in out
+    api = KubeClient.from_kubeconfig(kc)
+    (release,), _ = api.list("Secret", "kube-system", label_selector="owner=helm")
+    assert (release["type"], release["metadata"]["labels"]["status"]) == ("helm.sh/release.v1", "deployed")
+    dep = api.get("Deployment", "karpenter", "kube-system")
+    assert dep["spec"]["replicas"] == 2
+    assert settings_of([dep], "kube-system").cluster_name == "sandbox"
+
+    # a server-side dry run creates nothing
+    out = run("install", "other", str(CHART), "--namespace", "default", "--dry-run=server")
+    assert "STATUS: pending-install" in out
+    with pytest.raises(NotFound):
+        api.get("Deployment", "other-karpenter", "default")
+
+    run("upgrade", "karpenter", str(CHART), "--namespace", "kube-system", "--reuse-values", "--set", "logLevel=debug")
+    dep = api.get("Deployment", "karpenter", "kube-system")
+    assert settings_of([dep], "kube-system").log_level == "debug"
+    history = run("history", "karpenter", "--namespace", "kube-system")
+    assert "Install complete" in history and "Upgrade complete" in history
+
+    assert "uninstalled" in run("uninstall", "karpenter", "--namespace", "kube-system")
+    for kind, name, ns in (("Deployment", "karpenter", "kube-system"), ("ClusterRole", "karpenter-core", ""),
+                           ("ServiceAccount", "karpenter", "kube-system")):
+        with pytest.raises(NotFound):
+            api.get(kind, name, ns)
+    assert api.list("Secret", "kube-system", label_selector="owner=helm")[0] == []
+    api.close()
