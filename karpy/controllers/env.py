@@ -34,10 +34,15 @@ class Settings:
     feature_gates: dict[str, bool] = field(default_factory=lambda: dict(DEFAULT_FEATURE_GATES))
     min_values_policy: str = "Strict"
     cluster_name: str = "karpy"
+    preference_policy: str = "Respect"  # Ignore: the scheduler leaves every scheduling preference out
 
     @property
     def min_values_best_effort(self) -> bool:
         return self.min_values_policy == "BestEffort"
+
+    @property
+    def respect_preferences(self) -> bool:
+        return self.preference_policy != "Ignore"
 
     def gate(self, name: str) -> bool:
         return bool(self.feature_gates.get(name, DEFAULT_FEATURE_GATES.get(name, False)))

@@ -366,6 +366,7 @@ class Provisioner:
         existing = self.existing(reserve_nominated=False)
         self.solves += 1
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
+                      respect_preferences=env.settings.respect_preferences,
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))
         infos = [c.pod_info(e) for e in pods]
         results = s.solve(infos)

@@ -8,7 +8,7 @@ from .. import resources as res
 from ..cloudprovider.types import LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, InstanceType
 from ..scheduling.pods import PodInfo, Taint, untolerated
 from ..scheduling.requirements import IN, Requirement, Requirements
-from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, NodeClaimTemplate
+from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, NodeClaimTemplate, launched_node_requirements
 
 
 def nodepool_requirements(nodepool: Mapping) -> Requirements:
@@ -50,6 +50,7 @@ def compatible_daemons(reqs: Requirements, taints: Sequence[Taint], daemon_pods:
     """The DaemonSet pods that would run on some node of this template (taints tolerated,
     and one of their node-affinity terms compatible with the NodePool's requirements)."""
     out = []
+    reqs = reqs.union(launched_node_requirements())
     for p in daemon_pods:
         if untolerated(p.tolerations, taints) is not None:
             continue

@@ -64,6 +64,14 @@ CORE_WELL_KNOWN_LABELS = frozenset({
     "node.kubernetes.io/windows-build",
 })
 
+def launched_node_requirements() -> Requirements:
+    """Labels every node Karpenter launches carries once it joins (karpenter.sh/registered and
+    karpenter.sh/initialized, both "true"): DaemonSets that wait for them still run there, so their overhead
+    counts. They constrain DaemonSets only, never a NodeClaim's own requirements."""
+    return Requirements([Requirement.new("karpenter.sh/registered", "In", ["true"]),
+                         Requirement.new("karpenter.sh/initialized", "In", ["true"])])
+
+
 _PREFER_NO_SCHEDULE_TOLERATION = Toleration("", "Exists", "", "PreferNoSchedule")
 _HUGE = 2**61  # resource amounts are capped here inside the solver's int64 arrays
 
@@ -167,12 +175,13 @@ class _TemplateState:
         # DaemonSet overhead per instance type: a daemon counts on the types it can run on
         daemon = np.zeros((n, nres), dtype=np.int64)
         self.daemon_ports: set = set()
+        node_reqs = tpl.requirements.union(launched_node_requirements())
         for p in tpl.daemon_pods:
             terms = p.required_terms or [Requirements()]
             mask = np.zeros(n, dtype=bool)
             for term in terms:
                 r = p.node_selector.union(term)
-                if tpl.requirements.compatible(r, allow_undefined=tpl.well_known_labels) is not None:
+                if node_reqs.compatible(r, allow_undefined=tpl.well_known_labels) is not None:
                     continue
                 both = tpl.requirements.union(r)
                 mask |= self.label_mask(both) & self.offering_mask(both)
@@ -722,32 +731,13 @@ class Scheduler:
         """Place as many of the class's pods as possible; the failure reason if some remain."""
         if cls.volume_invalid is not None:
             return f"ignoring pod, {cls.volume_invalid}"
-        # existing nodes first (those with room for one pod of the class, in order)
-        if self.nodes and cls.pods:
-            nz = cls.nz_list
-            if nz:
-                rows = self._rows
-                room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
-                order = np.flatnonzero(room)
-            else:
-                order = range(len(self.nodes))
-        else:
-            order = ()
-        for i in order:
-            node = self.nodes[int(i)]
-            if not cls.pods:
-                return None
-            n, req = self._cap_node(cls, node, len(cls.pods))
-            if n > 0:
-                taken, cls.pods = cls.pods[:n], cls.pods[n:]
-                self._used_mat[node.row] += cls.request_vec * n
-                if cls.rep.host_ports:
-                    ports = self._ports.get(node.row)
-                    if ports is None:
-                        ports = self._ports[node.row] = set(node.node.host_ports)
-                    ports.update(cls.rep.host_ports)
-                self._record(cls, node, n)
-                placed_existing.setdefault(node.node.name, []).extend(taken)
+        # existing nodes first (those with room for one pod of the class, in order). Upstream tries every
+        # existing node again for each pod, so a node whose domain was too full for the first pods of a class
+        # takes later ones once topology has moved on: a pass that placed pods with topology is followed by another
+        while self._place_existing(cls, placed_existing) and cls.pods and cls.topology_bound():
+            pass
+        if not cls.pods:
+            return None
         # then the NodeClaims this solve opened, then a new one, one NodePool after another in weight order
         reason = None
         heap = self._in_flight(cls)
@@ -763,6 +753,36 @@ class Scheduler:
             for i in range(opened, len(self.claims)):
                 heapq.heappush(heap, (len(self.claims[i].pods), self.claims[i].rank, i))
         return None
+
+    def _place_existing(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> bool:
+        """One pass over the existing nodes with room for a pod of the class; whether it placed any."""
+        if not (self.nodes and cls.pods):
+            return False
+        nz = cls.nz_list
+        if nz:
+            rows = self._rows
+            room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
+            order = np.flatnonzero(room)
+        else:
+            order = range(len(self.nodes))
+        placed = False
+        for i in order:
+            node = self.nodes[int(i)]
+            if not cls.pods:
+                break
+            n, req = self._cap_node(cls, node, len(cls.pods))
+            if n > 0:
+                placed = True
+                taken, cls.pods = cls.pods[:n], cls.pods[n:]
+                self._used_mat[node.row] += cls.request_vec * n
+                if cls.rep.host_ports:
+                    ports = self._ports.get(node.row)
+                    if ports is None:
+                        ports = self._ports[node.row] = set(node.node.host_ports)
+                    ports.update(cls.rep.host_ports)
+                self._record(cls, node, n)
+                placed_existing.setdefault(node.node.name, []).extend(taken)
+        return placed
 
     def _in_flight(self, cls: _Class) -> list[tuple[int, int, int]]:
         """The NodeClaims this solve opened that might take a pod of the class, as a heap in the order

@@ -114,6 +114,7 @@ class Simulation:
             batch_max=res.parse_duration(settings.get("batchMaxDuration") or "10s"),
             feature_gates=gates,
             min_values_policy=settings.get("minValuesPolicy") or "Strict",
+            preference_policy=settings.get("preferencePolicy") or "Respect",
         )
         self.clock = clock if clock is not None else SimClock(self.start)
         self.api = MemoryAPI(self.clock, history=history)

@@ -624,8 +624,9 @@ class Cluster:
         return e
 
     def _claim_daemon_requests(self, sn: StateNode) -> dict[str, int]:
-        """DaemonSet pods that will run on an in-flight NodeClaim (they hold room before it registers)."""
-        labels = sn.labels()
+        """DaemonSet pods that will run on an in-flight NodeClaim (they hold room before it registers; those
+        waiting for karpenter.sh/registered or karpenter.sh/initialized too, as the node will carry them)."""
+        labels = {**sn.labels(), "karpenter.sh/registered": "true", "karpenter.sh/initialized": "true"}
         taints = [Taint.from_obj(t) for t in sn.taints() if not str(t.get("key", "")).startswith("node.kubernetes.io/")]
         from ..scheduling.pods import untolerated
 

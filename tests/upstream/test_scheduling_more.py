@@ -502,3 +502,169 @@ class TestNodeTaintsPolicy:
         # the two-pod group spreads over foo/bar, the four-pod group over foo/baz: 3, 2 and 1 between them
         assert sorted(counts.values()) == [1, 2, 3] and set(counts) == {"foo", "bar", "baz"}
         assert counts["bar"] == 1
+
+
+# =====================================================================================
+# pod affinity and anti-affinity
+# =====================================================================================
+
+
+class TestPodAffinityMore:
+    def test_empty_pod_affinity_and_anti_affinity_schedule(self):
+        m = pod_manifest(cpu="1")
+        m["spec"]["affinity"] = {"podAffinity": {}, "podAntiAffinity": {}}
+        p = compile_pod(m)
+        r = solve(template(), [p])
+        all_scheduled(r, [p])
+
+    def test_zone_anti_affinity_to_a_pod_of_the_same_batch_leaves_the_anti_pod_pending(self):
+        target = pod("target", labels=WEB)
+        anti = pod("anti", pod_anti_affinity=[affinity_term(LABEL_ZONE, WEB)])
+        r = solve(template(), [target, anti])
+        assert placement(r, target) is not None
+        assert placement(r, anti) is None and anti.key in r.errors
+
+    def test_zone_anti_affinity_schedules_once_the_targets_zone_is_known(self):
+        target = pod("target", labels=WEB)
+        anti = pod("anti", pod_anti_affinity=[affinity_term(LABEL_ZONE, WEB)])
+        b = Batches(template())
+        r = b.provision([target, anti])
+        assert anti.key in r.errors
+        (node,) = b.nodes
+        r = b.provision([anti])
+        assert r.errors == {}
+        (c,) = r.new_nodeclaims
+        assert node.labels[LABEL_ZONE] not in offered_zones(c)
+
+    def test_a_preferred_affinity_gives_way_to_a_required_hostname_spread(self):
+        ps = pods(3, labels=WEB, spread=[spread(LABEL_HOSTNAME, 1, WEB)],
+                  preferred_pod_affinity=[(50, affinity_term(LABEL_HOSTNAME, WEB))])
+        r = solve(template(), ps)
+        all_scheduled(r, ps)
+        assert len(r.new_nodeclaims) == 3
+
+    def test_zone_affinity_to_an_unconstrained_target_of_the_same_batch(self):
+        target = pod("target", labels=WEB)
+        followers = pods(10, pod_affinity=[affinity_term(LABEL_ZONE, WEB)])
+        b = Batches(template())
+        r = b.provision([target] + followers)
+        assert placement(r, target) is not None
+        assert all(f.key in r.errors for f in followers)
+        zone = b.nodes[0].labels[LABEL_ZONE]
+        r = b.provision(followers)
+        assert r.errors == {}
+        for n in b.nodes:
+            assert n.labels[LABEL_ZONE] == zone
+        assert sum(len(n.bound_pods) for n in b.nodes) == 11
+
+    @pytest.mark.parametrize("seed", range(10))
+    def test_a_chain_of_dependent_affinities_schedules_in_one_batch(self, seed):
+        import random
+
+        def on_host_with(app):
+            return [affinity_term(LABEL_HOSTNAME, {"app": app})]
+
+        chain = [pod(f"db-{seed}", labels={"app": "db"}),
+                 pod(f"web-{seed}", labels={"app": "web"}, pod_affinity=on_host_with("db")),
+                 pod(f"cache-{seed}", labels={"app": "cache"}, pod_affinity=on_host_with("web")),
+                 pod(f"ui-{seed}", labels={"app": "ui"}, pod_affinity=on_host_with("cache"))]
+        random.Random(seed).shuffle(chain)
+        r = solve(template(), chain)
+        all_scheduled(r, chain)
+        assert len(r.new_nodeclaims) == 1
+
+    def test_an_empty_namespace_selector_matches_every_namespace(self):
+        other = compile_pod(pod_manifest("target", namespace="other-ns", labels=WEB, cpu="1"))
+        term = {**affinity_term(LABEL_HOSTNAME, WEB), "namespaceSelector": {}}
+        follower = pod("follower", cpu="1", pod_affinity=[term])
+        r = solve(template(), [other, follower])
+        all_scheduled(r, [other, follower])
+        assert claim_of(r, follower) is claim_of(r, other)
+        r = solve(template(), [other, pod("f2", cpu="1", pod_affinity=[affinity_term(LABEL_HOSTNAME, WEB)])])
+        assert "default/f2" in r.errors  # without the selector only its own namespace counts
+
+
+# =====================================================================================
+# NodeClaims in flight and existing nodes
+# =====================================================================================
+
+
+class TestInFlight:
+    def test_an_in_flight_nodeclaim_takes_pods_whose_zones_allow_it(self):
+        first = solve(template(), [pod(cpu="100m", node_selector={LABEL_ZONE: "test-zone-2"})])
+        node = in_flight(first.new_nodeclaims[0], "inflight")
+        assert node.labels[LABEL_ZONE] == "test-zone-2"
+        two = pod(cpu="100m", required=[[expr(LABEL_ZONE, "In", "test-zone-1", "test-zone-2")]])
+        r = solve(template(), [two], existing=[node])
+        assert placement(r, two) == "inflight" and r.new_nodeclaims == []
+        three = pod(cpu="100m", required=[[expr(LABEL_ZONE, "In", "test-zone-1", "test-zone-3")]])
+        r = solve(template(), [three], existing=[node])
+        assert r.existing == {} and len(r.new_nodeclaims) == 1
+
+    def test_zones_balance_with_in_flight_nodeclaims(self):
+        c = spread(LABEL_ZONE, 1, WEB)
+        b = Batches(template())
+        b.provision(pods(4, labels=WEB, spread=[c]))
+        assert sorted(b.counts(LABEL_ZONE).values()) == [1, 1, 2]
+        r = b.provision(pods(5, labels=WEB, spread=[c]))
+        assert r.errors == {} and r.new_nodeclaims == []
+        assert b.counts(LABEL_ZONE) == {z: 3 for z in ("test-zone-1", "test-zone-2", "test-zone-3")}
+
+    def test_a_startup_taint_does_not_keep_pods_off_an_in_flight_node(self):
+        startup = taint("example.com/booting")
+        np = nodepool(startup_taints=[startup])
+        first = solve(template(np), [pod(cpu="100m")])
+        # registered, not initialized: the startup taint is still on the node
+        node = in_flight(first.new_nodeclaims[0], "booting", initialized=False)
+        p = pod(cpu="100m")
+        r = solve(template(np), [p], existing=[node])
+        assert placement(r, p) == "booting" and r.new_nodeclaims == []
+
+    @pytest.mark.parametrize("registered", [False, True])
+    def test_the_initialized_node_is_tried_first(self, registered):
+        nodes = [existing_node(f"n{i:03}", labels={LABEL_ZONE: "test-zone-1"}, cpu=4) for i in range(100)]
+        for i, n in enumerate(nodes):
+            n.initialized = i == 57
+        p = pod(cpu="1")
+        r = solve(template(), [p], existing=nodes)
+        assert placement(r, p) == "n057"
+
+    def test_a_daemonset_not_strictly_compatible_with_an_existing_node_is_not_charged_there(self):
+        ds = pod("ds", cpu="100", required=[[expr(LABEL_ZONE, "In", "test-zone-1")]])
+        tpl = template(nodepool(), ladder(), daemons=[ds])  # no type holds the daemon's 100 vCPU
+        node = existing_node("nozone", cpu=1, memory_gib=4)
+        assert LABEL_ZONE not in node.labels
+        one, two = pod("one", cpu="1"), pod("two", cpu="1")
+        r = solve(tpl, [one, two], existing=[node])
+        assert placement(r, one) == "nozone" or placement(r, two) == "nozone"
+        assert len(r.errors) == 1 and r.new_nodeclaims == []
+
+    def test_self_zone_affinity_joins_the_in_flight_nodeclaim(self):
+        aff = [affinity_term(LABEL_ZONE, WEB)]
+        b = Batches(template())
+        r = b.provision([pod("first", labels=WEB, pod_affinity=aff)])
+        assert r.errors == {}
+        r = b.provision([pod("second", labels=WEB, pod_affinity=aff)])
+        assert r.errors == {} and r.new_nodeclaims == []
+        assert len(b.nodes) == 1 and len(b.nodes[0].bound_pods) == 2
+
+
+class TestDaemonSetsOnNewNodes:
+    @pytest.mark.parametrize("label", ["karpenter.sh/initialized", "karpenter.sh/registered"])
+    def test_a_daemonset_waiting_for_a_karpenter_lifecycle_label_counts(self, label):
+        ds = pod("ds", cpu="1", required=[[expr(label, "In", "true")]])
+        tpl = template(nodepool(), ladder(), daemons=[ds])
+        p = pod(cpu="1500m")
+        r = solve(tpl, [p])
+        all_scheduled(r, [p])
+        (c,) = r.new_nodeclaims
+        assert type_names(c)[0] == "std-4"  # 1.5 vCPU + the daemon's 1 vCPU: std-2 is too small
+        assert c.requests[res.CPU] == 2500
+        assert label not in c.requirements.keys()
+
+    def test_both_lifecycle_daemonsets_count_together(self):
+        dss = [pod("ds-i", cpu="1", required=[[expr("karpenter.sh/initialized", "In", "true")]]),
+               pod("ds-r", cpu="1", required=[[expr("karpenter.sh/registered", "In", "true")]])]
+        r = solve(template(nodepool(), ladder(), daemons=dss), [pod(cpu="1500m")])
+        (c,) = r.new_nodeclaims
+        assert c.requests[res.CPU] == 3500 and type_names(c)[0] == "std-4"
