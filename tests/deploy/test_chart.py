@@ -410,8 +410,11 @@ def test_helm_install_upgrade_uninstall_on_karpy_sandbox(sandbox):
     run("upgrade", "karpenter", str(CHART), "--namespace", "kube-system", "--reuse-values", "--set", "logLevel=debug")
     dep = api.get("Deployment", "karpenter", "kube-system")
     assert settings_of([dep], "kube-system").log_level == "debug"
+    run("rollback", "karpenter", "1", "--namespace", "kube-system")
+    dep = api.get("Deployment", "karpenter", "kube-system")
+    assert settings_of([dep], "kube-system").log_level == "info"
     history = run("history", "karpenter", "--namespace", "kube-system")
-    assert "Install complete" in history and "Upgrade complete" in history
+    assert "Install complete" in history and "Upgrade complete" in history and "Rollback to 1" in history
 
     assert "uninstalled" in run("uninstall", "karpenter", "--namespace", "kube-system")
     for kind, name, ns in (("Deployment", "karpenter", "kube-system"), ("ClusterRole", "karpenter-core", ""),
