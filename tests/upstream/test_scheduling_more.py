@@ -480,7 +480,8 @@ class TestNodeTaintsPolicy:
                            taints=[taint("taint-key", "taint-value")])
         return [template(plain, provider_labels=frozenset()), template(tainted, provider_labels=frozenset())]
 
-    @pytest.mark.parametrize("policy, counts, pending", [("Ignore", {"foo": 1}, 1), ("Honor", {"foo": 2}, 0)])
+    @pytest.mark.parametrize("policy, counts, pending", [pytest.param("Ignore", {"foo": 1}, 1, id="Ignore"),
+                                                         pytest.param("Honor", {"foo": 2}, 0, id="Honor")])
     def test_a_tainted_nodepools_domain(self, policy, counts, pending):
         ps = pods(2, labels=WEB, spread=[taints_policy(spread(self.KEY, 1, WEB), policy)])
         r = solve(self.pools(), ps)
@@ -620,8 +621,8 @@ class TestInFlight:
         r = solve(template(np), [p], existing=[node])
         assert placement(r, p) == "booting" and r.new_nodeclaims == []
 
-    @pytest.mark.parametrize("registered", [False, True])
-    def test_the_initialized_node_is_tried_first(self, registered):
+    def test_the_initialized_node_is_tried_first(self):
+        # 100 nodes with room (registered or still in flight alike); only n057 is initialized
         nodes = [existing_node(f"n{i:03}", labels={LABEL_ZONE: "test-zone-1"}, cpu=4) for i in range(100)]
         for i, n in enumerate(nodes):
             n.initialized = i == 57
