@@ -325,6 +325,8 @@ class RestAPI:
         sub = rest[2] if len(rest) > 2 else None
         if ns is not None and not served.namespaced:
             raise _NotFoundPath()
+        if sub in _NO_CONTAINERS and served.type.kind == "Pod":
+            raise E.BadRequest(f"karpy sandbox runs no containers: pods/{sub} has no process to connect to")
         if sub is not None and sub not in served.subresources:
             raise _NotFoundPath()
         return Route(served, ns, name, sub, watch_prefix)
@@ -848,6 +850,8 @@ class RestAPI:
                 shown = json.dumps(name, ensure_ascii=False)
                 raise _invalid(s.kind, s.group, str(name), [("metadata.name", f"Invalid value: {shown}: {m}") for m in bad])
             return self._prune(s, obj, field_validation)
+        if s.kind == "Job" and old is not None:
+            obj = _without_kept_job_selector(obj, old)
         rv = _meta(obj).get("resourceVersion")
         doc, errors = validate_object(obj, file="request", old=old, api_notes=True)
         unknown = [e for e in errors if _is_unknown_field(e.message)]
@@ -1876,6 +1880,21 @@ def _as_field_manager_sees(s: D.Served, obj: dict) -> dict | None:
         tmeta.pop("labels", None)
     return {**obj, "spec": {**{k: v for k, v in spec.items() if k != "selector"},
                             "template": {**tmpl, "metadata": tmeta}}}
+
+
+_NO_CONTAINERS = ("exec", "attach", "portforward", "proxy")  # a pod's streams, which need a running container
+
+
+def _without_kept_job_selector(job: dict, old: dict) -> dict:
+    """An update of a Job repeats the selector generated at its creation: kube-apiserver keeps it (it is
+    immutable) instead of refusing it as not auto-generated. Validation generates the same one again from the
+    Job's uid, so the repeated one is left out."""
+    spec = job.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True or spec.get("selector") is None:
+        return job
+    if spec.get("selector") != (old.get("spec") or {}).get("selector"):
+        return job
+    return {**job, "spec": {k: v for k, v in spec.items() if k != "selector"}}
 
 
 def _job_labels(job: dict) -> dict:
