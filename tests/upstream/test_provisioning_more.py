@@ -276,3 +276,18 @@ def test_pods_a_fully_blocking_pdb_holds_on_a_deleting_node_get_no_capacity(budg
     h.tick(1)
     h.reconcile(PROVISIONER)
     assert [c["metadata"]["name"] for c in h.nodeclaims()] == [old["metadata"]["name"]]
+
+
+# =====================================================================================
+# minValues on zones
+# =====================================================================================
+
+
+def test_strict_zone_min_values_beyond_the_offered_zones_is_not_scheduled():
+    types = [instance_type(f"it-{i}", cpu=4, memory_gib=8, zones=("test-zone-1", "test-zone-2")) for i in (1, 2, 3)]
+    three = nodepool(requirements=[expr(LABEL_ZONE, "In", "test-zone-1", "test-zone-2", "test-zone-3", min_values=3)])
+    p = pod(cpu="1")
+    r = solve(template(three, types), [p])
+    assert r.new_nodeclaims == [] and "minValues requirement is not met" in r.errors[p.key]
+    two = nodepool(requirements=[expr(LABEL_ZONE, "In", "test-zone-1", "test-zone-2", "test-zone-3", min_values=2)])
+    assert solve(template(two, types), [p]).errors == {}
