@@ -126,10 +126,15 @@ def watched_kinds() -> set[str]:
     from karpy.controller.settings import ControllerSettings
     from karpy.kube.memory import MemoryAPI
 
+    from karpy.controllers.env import DEFAULT_FEATURE_GATES
+
     out: set[str] = set()
+    every_gate = {g: True for g in DEFAULT_FEATURE_GATES}  # a gate's controllers watch kinds of their own
     for provider in ("kwok", "simulated"):
-        p = ControllerProcess(ControllerSettings(cloud_provider=provider), MemoryAPI(), log_stream=io.StringIO())
-        out |= set(p.mgr.watched_kinds())
+        for gates in (dict(DEFAULT_FEATURE_GATES), every_gate):
+            p = ControllerProcess(ControllerSettings(cloud_provider=provider, feature_gates=gates), MemoryAPI(),
+                                  log_stream=io.StringIO())
+            out |= set(p.mgr.watched_kinds())
     return out
 
 
