@@ -38,7 +38,7 @@ def load_script(name: str, module: str):
 lc = load_script("local-cluster", "karpy_local_cluster")
 
 _built = threading.Lock()
-_status: tuple[bool, str] | None = None
+_status: dict[tuple[str, ...], tuple[bool, str]] = {}
 
 
 def unavailable(reason: str) -> None:
@@ -48,27 +48,34 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def require_binaries() -> None:
-    """The real components are built (or built now, once per session, if Go is here); else skip or fail."""
-    global _status
+def require_binaries(*components: str) -> None:
+    """The real components (all, or only ``components`` of scripts/kube-binaries) are built, or built now, once
+    per session, if Go is here; else skip or fail."""
     with _built:
-        if _status is None:
-            _status = _ensure_binaries()
-    ok, reason = _status
+        if components not in _status:
+            _status[components] = _ensure_binaries(components)
+    ok, reason = _status[components]
     if not ok:
         unavailable(reason)
 
 
-def _ensure_binaries() -> tuple[bool, str]:
+def built_binaries() -> dict[str, str]:
+    """NAME -> path of every binary scripts/kube-binaries has built."""
+    out = subprocess.run([str(SCRIPTS / "kube-binaries"), "path"], capture_output=True, text=True).stdout
+    return {name: path for name, _, path in (line.partition("\t") for line in out.splitlines()) if path}
+
+
+def _ensure_binaries(components: tuple[str, ...]) -> tuple[bool, str]:
     script = str(SCRIPTS / "kube-binaries")
-    if subprocess.run([script, "path"], capture_output=True).returncode == 0:
+    if subprocess.run([script, "path", *components], capture_output=True).returncode == 0:
         return True, ""
     if shutil.which("go") is None:
-        return False, "Go is not installed, so scripts/kube-binaries cannot build kube-apiserver, etcd and kwok"
+        what = ", ".join(components) or "kube-apiserver, etcd and kwok"
+        return False, f"Go is not installed, so scripts/kube-binaries cannot build {what}"
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"karpy-kube-binaries-{os.getpid()}.log"
     sys.stderr.write(f"\nbuilding the real control plane's binaries with scripts/kube-binaries (log: {log}) ...\n")
     with open(log, "wb") as out:
-        p = subprocess.run([script], stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.run([script, "build", *components], stdout=out, stderr=subprocess.STDOUT)
     if p.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
         pytest.fail(f"scripts/kube-binaries failed ({p.returncode}):\n{tail}")

@@ -4,48 +4,21 @@ use when Go is installed; without Go the tests skip with the reason, and fail un
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from localcluster import SCRIPTS, unavailable
+from localcluster import built_binaries, require_binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "karpy"
 
-_lock = threading.Lock()
-_found: tuple[str, str] | None = None  # (path, reason it is missing)
-
-
-def _locate() -> tuple[str, str]:
-    script = str(SCRIPTS / "kube-binaries")
-    for attempt in range(2):
-        out = subprocess.run([script, "path"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            name, _, path = line.partition("\t")
-            if name == "helm" and path:
-                return path, ""
-        if attempt or shutil.which("go") is None:
-            break
-        p = subprocess.run([script, "build", "helm"], capture_output=True, text=True)
-        if p.returncode != 0:
-            pytest.fail(f"scripts/kube-binaries build helm failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return "", "Go is not installed, so scripts/kube-binaries cannot build helm"
-
 
 def helm_binary() -> str:
-    global _found
-    with _lock:
-        if _found is None:
-            _found = _locate()
-    path, reason = _found
-    if not path:
-        unavailable(reason)
-    return path
+    require_binaries("helm")
+    return built_binaries()["helm"]
 
 
 def helm(*args: str, kubeconfig: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

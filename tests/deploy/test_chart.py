@@ -17,6 +17,7 @@ from karpy.controller.settings import ENV, ControllerSettings, resolve
 from karpy.kube.client import KubeClient
 from karpy.kube.errors import NotFound
 
+from . import pod_environment
 from .helm import CHART, ROOT, helm, template, template_error
 from .test_manifests import sandbox  # noqa: F401 - the fixture: karpy sandbox --no-karpenter
 
@@ -91,24 +92,14 @@ def container(docs: list[dict]) -> dict:
     return c
 
 
-def pod_environment(docs: list[dict], namespace: str = NAMESPACE) -> dict[str, str]:
-    """The controller's environment as the kubelet sets it (the namespace fieldRef resolved; a later entry of
-    the same name wins)."""
-    env = {}
-    for e in container(docs)["env"]:
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
-            env[e["name"]] = namespace
-        else:
-            pytest.fail(f"env {e['name']}: a source karpy's test cannot resolve: {e}")
-    return env
+def environment(docs: list[dict], namespace: str = NAMESPACE) -> dict[str, str]:
+    return pod_environment(container(docs), namespace)
 
 
 def settings_of(docs: list[dict], namespace: str = NAMESPACE) -> ControllerSettings:
     """What `karpy controller` resolves in the rendered pod: its args (none but the command) over its env."""
     assert container(docs)["args"] == ["controller"]
-    return resolve({}, pod_environment(docs, namespace), service_account_namespace="/nonexistent")
+    return resolve({}, environment(docs, namespace), service_account_namespace="/nonexistent")
 
 
 def render(*values: str) -> list[dict]:
@@ -270,7 +261,7 @@ def test_upstreams_aws_values_without_the_provider_are_refused_with_the_fix():
 def test_upstreams_azure_values_template_configures_karpy(tmp_path):
     docs = render("-f", str(azure_values(tmp_path)), "--set", "cloudProvider=azure",
                   "--set", "settings.tags.team=infra", "--set", "settings.tags.env=dev")
-    env = pod_environment(docs)
+    env = environment(docs)
     s = settings_of(docs)
     assert (s.cloud_provider, s.cluster_name, s.log_level) == ("azure", "demo", "debug")
     assert s.leader_elect is False  # DISABLE_LEADER_ELECTION=true, with replicas: 1

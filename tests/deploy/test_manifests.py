@@ -24,6 +24,8 @@ from karpy.api.kinds import validate_manifest
 from karpy.controller.settings import ENV, resolve
 from karpy.kube.registry import BY_KIND, is_namespaced
 
+from . import pod_environment
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "kube-system"
@@ -121,15 +123,7 @@ def test_deployment_spreads_and_avoids_karpenters_own_nodes():
 
 def _pod_environment() -> dict[str, str]:
     """The container's environment as the kubelet would set it (fieldRefs resolved)."""
-    env = {}
-    for e in container()["env"]:
-        if "value" in e:
-            env[e["name"]] = e["value"]
-        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
-            env[e["name"]] = NAMESPACE
-        else:
-            pytest.fail(f"env {e['name']}: unexpected source {e}")
-    return env
+    return pod_environment(container(), NAMESPACE)
 
 
 def test_deployment_settings_are_what_karpy_controller_accepts():
