@@ -26,9 +26,23 @@ def _run(base: list[dict], changed: dict[int, dict], opts: Options, full: bool) 
     return task(base, changed, opts, full)
 
 
+def _reachable(address: str) -> None:
+    """A host:port that refuses connections is an error now, not after Ray's minute of retries."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if address in ("auto", "local") or "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise InputError([f"--ray: cannot connect to the Ray cluster at {address}: {e}"]) from None
+
+
 def execute(address: str, base: list[dict], jobs: list[tuple[Any, dict[int, dict]]], opts: Options,
             full: bool) -> Iterator[tuple[Any, dict]]:
     ray = _ray()
+    _reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
