@@ -294,6 +294,15 @@ def _reservations() -> Node:
     )
 
 
+def validate_reservations(value: Any) -> list[tuple[str, str]]:
+    """Validate a list of capacity reservations in the Scenario's form; the (field, message) errors."""
+    from .schema import walk
+
+    ctx = Ctx()
+    walk(value, _reservations(), "reservations", ctx)
+    return ctx.errors
+
+
 def _check_step(step: dict, path: str, ctx: Ctx) -> None:
     present = [a for a in ACTIONS if a in step]
     if not present:

@@ -44,6 +44,9 @@ def _azure_options(f):
 @click.option("--min-values-policy", "min_values_policy", default=None, help="Strict or BestEffort [MIN_VALUES_POLICY].")
 @click.option("--bind-address", "bind_address", default=None,
               help="Address of the metrics and health endpoints [BIND_ADDRESS; default: 0.0.0.0].")
+@click.option("--reservations", "reservations", default=None, metavar="FILE",
+              help="kwok/simulated: the cloud's capacity reservations, a YAML list of {id, instanceType, zone, count, "
+                   "price?} [KARPY_RESERVATIONS_FILE].")
 @click.option("--cluster-endpoint", "cluster_endpoint", default=None,
               help="aws: the API server URL nodes join [CLUSTER_ENDPOINT; default: from eks:DescribeCluster].")
 @click.option("--cluster-ca-bundle", "cluster_ca_bundle", default=None,

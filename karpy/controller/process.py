@@ -62,6 +62,9 @@ class ControllerProcess:
         kinds = frozenset({"KWOKNodeClass"}) if settings.cloud_provider == "kwok" else None
         self.provider: Any = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder, kinds=kinds,
                                                     name=settings.cloud_provider)
+        self.provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))
+        if settings.reservations:
+            self.cloud.set_reservations(settings.reservations)
         provider_controllers: list = []
         self.workers: list = []  # the provider's background threads (the AWS interruption queue)
         if settings.cloud_provider == "aws":

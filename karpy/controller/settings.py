@@ -36,6 +36,9 @@ ENV = {
     "cluster_name": "CLUSTER_NAME",
     "min_values_policy": "MIN_VALUES_POLICY",
     "bind_address": "BIND_ADDRESS",  # karpy's: the address of both endpoints (contract default 0.0.0.0)
+    # karpy's: capacity reservations of the kwok and simulated clouds (upstream's kwok build reads them from its
+    # instance-types file); the Scenario's `reservations` form, a YAML list
+    "reservations": "KARPY_RESERVATIONS_FILE",
     # --cloud-provider aws (upstream's AWS settings; see karpy.cloudprovider.ec2.settings)
     "cluster_endpoint": "CLUSTER_ENDPOINT",
     "cluster_ca_bundle": "CLUSTER_CA_BUNDLE",
@@ -70,6 +73,7 @@ class ControllerSettings:
     cluster_name: str = ""
     min_values_policy: str = "Strict"
     bind_address: str = "0.0.0.0"
+    reservations: list | None = None  # capacity reservations for the kwok/simulated clouds (--reservations FILE)
     aws: Any = None  # karpy.cloudprovider.ec2.settings.AWSSettings with --cloud-provider aws
     azure: Any = None  # karpy.cloudprovider.arm.settings.AzureSettings with --cloud-provider azure
     # leader election timings (controller-runtime's defaults)
@@ -105,6 +109,31 @@ def _duration(name: str, value: str) -> float:
     if d <= 0:
         raise SettingsError(f'{name}: invalid value "{value}": must be a positive duration')
     return d
+
+
+def _reservations_file(name: str, path: str) -> list:
+    """Capacity reservations from a YAML file: a list of {id, instanceType, zone, count, price?} (or a mapping
+    with that list under ``reservations``), checked as a Scenario's ``reservations`` are."""
+    from ..api.scenario import validate_reservations
+    from ..kube.yamlsafe import YAMLLimitError, load
+
+    try:
+        with open(path, "rb") as f:
+            data = load(f.read(1 << 20))
+    except OSError as e:
+        raise SettingsError(f"{name}: {path}: {e.strerror or e}") from None
+    except (YAMLLimitError, ValueError) as e:
+        raise SettingsError(f"{name}: {path}: invalid YAML: {e}") from None
+    except Exception as e:  # a YAML syntax error
+        raise SettingsError(f"{name}: {path}: invalid YAML: {str(e).splitlines()[0] if str(e) else e}") from None
+    if isinstance(data, dict) and set(data) == {"reservations"}:
+        data = data["reservations"]
+    if data is None:
+        data = []
+    errors = validate_reservations(data)
+    if errors:
+        raise SettingsError(f"{name}: {path}: " + "; ".join(f"{f}: {m}" for f, m in errors))
+    return list(data)
 
 
 def parse_feature_gates(name: str, value: str) -> dict[str, bool]:
@@ -189,6 +218,12 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
     v, name = pick("cluster_name")
     if v is not None:
         s.cluster_name = v
+    v, name = pick("reservations")
+    if v is not None:
+        if s.cloud_provider not in ("kwok", "simulated"):
+            raise SettingsError(f"{name}: only with --cloud-provider kwok or simulated (a cloud's own reservations "
+                                "are selected by its NodeClass)")
+        s.reservations = _reservations_file(name, v)
     v, name = pick("min_values_policy")
     if v is not None:
         if v not in ("Strict", "BestEffort"):

@@ -276,3 +276,28 @@ def test_a_batch_creates_its_nodeclaims_in_parallel(server, kubeconfig, cluster)
         assert max(arrivals) - min(arrivals) < 2.5, "the creates were sent one after another"
     finally:
         c.stop()
+
+
+def test_declared_reservations_are_launched_into_first(server, kubeconfig, cluster, tmp_path):
+    """karpy controller --reservations FILE (kwok): a reservation of 2 instances takes the first two
+    NodeClaims as capacity type reserved; the third pod's NodeClaim falls back to on-demand."""
+    from karpy.controller.settings import _reservations_file
+
+    # three pods that need a node each (3 of the c-2x's 2 CPUs), on a NodePool that allows reserved
+    cluster.patch("NodePool", "default", {"spec": {"template": {"spec": {"requirements": [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved", "on-demand"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["c-2x-amd64-linux"]}]}}}})
+    f = tmp_path / "reservations.yaml"
+    f.write_text("- {id: cr-1, instanceType: c-2x-amd64-linux, zone: test-zone-a, count: 2, price: 0.01}\n")
+    for i in range(3):
+        pending(cluster, f"r{i}", cpu="1500m")
+    c = Running(kubeconfig, "solo", reservations=_reservations_file("--reservations", str(f)))
+    try:
+        launched = wait_for(lambda: (lambda xs: xs if len(xs) == 3 else None)(
+            [x for x in claims(cluster) if (x.get("status") or {}).get("providerID")]), what="three launched NodeClaims")
+        types = sorted(x["metadata"]["labels"]["karpenter.sh/capacity-type"] for x in launched)
+        assert types == ["on-demand", "reserved", "reserved"], types
+        reserved = [x for x in launched if x["metadata"]["labels"]["karpenter.sh/capacity-type"] == "reserved"]
+        assert all(x["metadata"]["labels"]["topology.kubernetes.io/zone"] == "test-zone-a" for x in reserved)
+    finally:
+        c.stop()

@@ -104,3 +104,21 @@ def test_bad_configuration_exits_2_from_the_command_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "karpy.cli", "controller"], capture_output=True, text=True, timeout=60,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LOG_LEVEL": "verbose"})
     assert p.returncode == 2 and "LOG_LEVEL" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_reservations_file_is_read_and_checked(tmp_path):
+    none = str(tmp_path / "none")
+    good = tmp_path / "r.yaml"
+    good.write_text("reservations:\n- {id: cr-1, instanceType: c-2x-amd64-linux, zone: test-zone-a, count: 2}\n")
+    s = resolve(flags(reservations=str(good)), {}, service_account_namespace=none)
+    assert s.reservations == [{"id": "cr-1", "instanceType": "c-2x-amd64-linux", "zone": "test-zone-a", "count": 2}]
+    assert resolve(flags(), {"KARPY_RESERVATIONS_FILE": str(good)}, service_account_namespace=none).reservations
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {id: cr-1, instanceType: x, zone: z, count: -1}\n- {id: cr-1, instanceType: x, zone: z, count: 1}\n")
+    with pytest.raises(SettingsError) as e:
+        resolve(flags(reservations=str(bad)), {}, service_account_namespace=none)
+    assert "--reservations" in str(e.value) and "reservations[0].count" in str(e.value) and "duplicate" in str(e.value)
+    with pytest.raises(SettingsError, match="No such file or directory"):
+        resolve(flags(reservations=str(tmp_path / "missing.yaml")), {}, service_account_namespace=none)
+    with pytest.raises(SettingsError, match="only with --cloud-provider kwok or simulated"):
+        resolve(flags(reservations=str(good), cloud_provider="aws"), {}, service_account_namespace=none)
