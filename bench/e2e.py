@@ -136,8 +136,11 @@ def wide_documents(replicas: int) -> list[dict]:
         })
         steps.append({"scale": {"kind": "Deployment", "namespace": "default", "name": name, "replicas": replicas // 2}})
     docs.append({"apiVersion": "karpy.dev/v1alpha1", "kind": "Scenario", "metadata": {"name": "wide"},
-                 "spec": {"steps": steps}})
+                 "spec": {"steps": steps, **({"settings": {"featureGates": dict(GATES)}} if GATES else {})}})
     return docs
+
+
+GATES: dict[str, bool] = {}  # --feature-gates, for the wide Scenario
 
 
 # --- running ---------------------------------------------------------------------------
@@ -244,9 +247,12 @@ def bench_wide(replicas: int, workdir: Path) -> bool:
     cost = Fraction(s["costPerHour"])
     ratio = float(cost / lp) if lp else float("inf")
     ok = bound == len(pods) == s["pods"]["total"] and ratio <= 1.15
+    fg = s.get("featureGates")
+    upstream = (f"  upstream's decisions ${fg['costPerHourUpstream']}/h cost/LP "
+                f"{float(Fraction(fg['costPerHourUpstream']) / lp):.3f}" if fg and lp else "")
     print(f"wide {replicas:>4}x30 {secs:8.1f} s {rss:8.0f} MiB  (-o json {jsecs:.1f} s)  pods {len(pods)} bound {bound}  nodes peak {peak} "
           f"end {len(live)}  cost ${s['costPerHour']}/h  LP ${float(lp):.4f}/h  cost/LP {ratio:.3f}  "
-          f"disruptions {len(s.get('disruptions') or [])}  {'PASS' if ok else 'FAIL'}", flush=True)
+          f"disruptions {len(s.get('disruptions') or [])}{upstream}  {'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 
 
@@ -269,7 +275,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workload", choices=["diverse", "wide", "all"])
     ap.add_argument("sizes", nargs="*", type=int, help="pods (diverse) or replicas per Deployment (wide)")
+    ap.add_argument("--feature-gates", default="", metavar="NAME=true,...",
+                    help="karpy feature gates for the wide Scenario (with a karpy gate on, karpy simulate also runs "
+                         "upstream's decisions, and the line shows both costs)")
     args = ap.parse_args(argv)
+    for part in filter(None, (x.strip() for x in args.feature_gates.split(","))):
+        k, _, v = part.partition("=")
+        GATES[k] = v.strip().lower() != "false"
     if not KARPY.exists():
         print(f"{KARPY} not found: install karpy into this virtualenv first", file=sys.stderr)
         return 2

@@ -8,10 +8,13 @@ nodes of type ``t`` (integer), so that the new nodes hold what the removed nodes
 resource, within each NodePool's budget::
 
     min  sum_t price_t x_t  -  sum_n (1 - DISRUPTION_COST) price_n r_n
-    s.t. sum_t FILL alloc_tk x_t  >=  sum_n demand_nk r_n        for each resource k
+    s.t. sum_t FILL alloc_tk x_t + EXISTING_FILL (free_k + sum_n free_nk (1 - r_n))
+             >=  sum_n demand_nk r_n                            for each resource k
          sum_{n in NodePool g} r_n <= budget_g                   for each NodePool g
 
-``FILL`` leaves headroom for what bin packing cannot reach; ``DISRUPTION_COST`` makes a removal worth it only
+``free_nk`` is what a kept candidate has unused, ``free_k`` what the other nodes that take moved pods have;
+``FILL`` and ``EXISTING_FILL`` leave headroom for what bin packing cannot reach (free room on existing nodes is
+scattered, so only half of it is counted); ``DISRUPTION_COST`` makes a removal worth it only
 when it saves that share of the node's price, so of two plans saving alike the one disrupting fewer nodes
 wins. The LP relaxation's dual prices of the resource rows value each node's pods, and so rank the chosen
 nodes by how much they waste (price above what their pods are worth).
@@ -26,6 +29,7 @@ import numpy as np
 GATE = "ConsolidationOptimizer"
 PACKAGE = "highspy==1.15.1"
 FILL = 0.95
+EXISTING_FILL = 0.5
 DISRUPTION_COST = 0.05
 MIP_MAX_NODES = 2000
 MIP_REL_GAP = 1e-4
@@ -50,9 +54,11 @@ class Plan:
 
 
 def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.ndarray,
-          alloc: np.ndarray, tprice: np.ndarray) -> Plan:
-    """``demand`` N x K and ``price`` N of the candidates, ``group`` N (index into ``budget``, the NodePools'
-    remaining allowances), ``alloc`` T x K and ``tprice`` T of the types new nodes may be."""
+          alloc: np.ndarray, tprice: np.ndarray, free: np.ndarray | None = None,
+          free_elsewhere: np.ndarray | None = None) -> Plan:
+    """``demand`` N x K, ``free`` N x K and ``price`` N of the candidates, ``group`` N (index into ``budget``,
+    the NodePools' remaining allowances), ``alloc`` T x K and ``tprice`` T of the types new nodes may be,
+    ``free_elsewhere`` K the room on the other nodes pods may move to."""
     import highspy
 
     n, k = demand.shape
@@ -60,6 +66,9 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     scale = np.maximum(alloc.max(axis=0, initial=0.0), 1.0)  # rows of order 1
     a = FILL * alloc / scale
     d = demand / scale
+    f = np.zeros_like(d) if free is None else EXISTING_FILL * np.maximum(free, 0.0) / scale
+    room = f.sum(axis=0) + (0.0 if free_elsewhere is None else EXISTING_FILL * np.maximum(free_elsewhere, 0.0) / scale)
+    d_eff = d + f  # removing a candidate takes its pods' demand and its free room away
     ncol = n + t
     cost = np.concatenate([-(1.0 - DISRUPTION_COST) * price, tprice]).astype(float)
     # column-wise matrix: candidate columns (-d in resource rows, 1 in its budget row), type columns (a)
@@ -67,9 +76,9 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     starts, index, value = [0], [], []
     for i in range(n):
         for r in range(k):
-            if d[i, r]:
+            if d_eff[i, r]:
                 index.append(r)
-                value.append(-float(d[i, r]))
+                value.append(-float(d_eff[i, r]))
         index.append(k + int(group[i]))
         value.append(1.0)
         starts.append(len(index))
@@ -85,7 +94,7 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     lp.col_cost_ = cost
     lp.col_lower_ = np.zeros(ncol)
     lp.col_upper_ = np.concatenate([np.ones(n), np.full(t, highspy.kHighsInf)])
-    lp.row_lower_ = np.concatenate([np.zeros(k), np.full(len(budget), -highspy.kHighsInf)])
+    lp.row_lower_ = np.concatenate([-room, np.full(len(budget), -highspy.kHighsInf)])
     lp.row_upper_ = np.concatenate([np.full(k, highspy.kHighsInf), budget.astype(float)])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)

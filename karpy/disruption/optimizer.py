@@ -72,6 +72,12 @@ def _types(snapshot: ClusterSnapshot) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows, dtype=float).reshape(-1, len(RESOURCES)), np.array([best[r] for r in rows], dtype=float)
 
 
+def _free(n) -> list[float]:
+    """What a node has unused (ExistingNode allocatable less requested), per resource."""
+    e = n.existing
+    return [max(0, e.allocatable.get(r, 0) - e.requested.get(r, 0)) for r in RESOURCES]
+
+
 def _demand(snapshot: ClusterSnapshot, c: Candidate) -> list[float]:
     out = [0.0] * len(RESOURCES)
     for p in c.node.pods:
@@ -108,7 +114,14 @@ def propose(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict
     price = np.array([c.price for c in cands], dtype=float)
     group = np.array([pools.index(c.node.nodepool or "") for c in cands])
     budget = np.array([budgets.get(p, 0) for p in pools], dtype=float)
-    plan = highs.solve(demand, price, group, budget, alloc, tprice)
+    names = {c.name for c in cands}
+    free = np.array([_free(c.node) for c in cands], dtype=float)
+    elsewhere = np.zeros(len(RESOURCES))
+    for n in snapshot.nodes:
+        if n.name not in names and n.initialized and not (n.marked_for_deletion or n.terminating) \
+                and n.existing.schedulable and n.existing.takes_moving:
+            elsewhere += _free(n)
+    plan = highs.solve(demand, price, group, budget, alloc, tprice, free, elsewhere)
     chosen = [i for i in np.flatnonzero(plan.remove)]
     chosen.sort(key=lambda i: (-plan.waste[i], cands[i].name))
     batch = [cands[i] for i in chosen]
