@@ -1,6 +1,8 @@
 """End to end: ``karpy sandbox --no-karpenter`` with the AKS workshop, the fake ARM, ``karpy controller
 --cloud-provider azure`` as a process, and a stand-in for the node bootstrap that registers a Node for each VM
-once Azure reports it Succeeded (its name, provider ID, labels and taints from the VM's custom data)."""
+once Azure reports it Succeeded (its name, provider ID, labels and taints from the VM's custom data, and the
+capacity a kubelet reports: a Node without it takes no pod). The workshop's four pods bind to the two arm64
+nodes; scaled to zero, the nodes are consolidated away and their VMs and NICs deleted."""
 
 from __future__ import annotations
 
@@ -21,39 +23,57 @@ Proc, wait_for = controller_e2e.Proc, controller_e2e.wait_for
 
 
 class BootstrapStandIn:
-    """What the AKS node image does with the custom data: a kubelet registering its Node."""
+    """What the AKS node image and its kubelet do with a VM's custom data: once Azure reports the VM Succeeded,
+    register its Node (named as the VM's computer name, the provider ID Azure's cloud provider writes, the
+    labels and taints of the custom data, NotReady at first); capacity and allocatable are the NodeClaim's,
+    as the kubelet would report them, with the custom data's ``--max-pods``."""
 
     def __init__(self, fake, api):
         self.fake, self.api = fake, api
         self.stop = threading.Event()
-        self.registered: set[str] = set()
+        self.registered: dict[str, dict] = {}  # node name -> the custom data's variables
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
-            with self.fake.lock:
-                vms = [v for v in self.fake.vms.values() if v["properties"]["provisioningState"] == "Succeeded"]
-            for vm in vms:
-                name = vm["properties"]["osProfile"]["computerName"]
-                if name in self.registered:
-                    continue
-                boot = parse_custom_data(vm["properties"]["osProfile"]["customData"])
-                labels = dict(kv.split("=", 1) for kv in boot["KUBELET_NODE_LABELS"].split(",") if kv)
-                flags = dict(f.split("=", 1) for f in boot["KUBELET_FLAGS"].split(" "))
-                taints = []
-                for t in flags.get("--register-with-taints", "").split(","):
-                    kv, _, effect = t.rpartition(":")
-                    k, _, v = kv.partition("=")
-                    taints.append({"key": k, "effect": effect, **({"value": v} if v else {})})
-                pid = "azure://" + vm["id"].replace(f"/resourceGroups/{vm['id'].split('/')[4]}/",
-                                                    f"/resourceGroups/{vm['id'].split('/')[4].lower()}/")
-                try:
-                    self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {
-                        "name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
-                        "spec": {"providerID": pid, "taints": taints}})
-                    self.registered.add(name)
-                except Exception:  # noqa: BLE001 - the next turn
-                    pass
+            try:
+                self.once()
+            except Exception:  # noqa: BLE001 - the sandbox is busy: the next turn
+                pass
+
+    def once(self) -> None:
+        with self.fake.lock:
+            vms = [v for v in self.fake.vms.values() if v["properties"]["provisioningState"] == "Succeeded"]
+        claims = {(c.get("status") or {}).get("providerID", "").lower(): c for c in self.api.list("NodeClaim")[0]}
+        for vm in vms:
+            name = vm["properties"]["osProfile"]["computerName"]
+            if name in self.registered:
+                continue
+            rg = vm["id"].split("/")[4]
+            pid = "azure://" + vm["id"].replace(f"/resourceGroups/{rg}/", f"/resourceGroups/{rg.lower()}/")
+            claim = claims.get(pid.lower())
+            if claim is None:
+                continue
+            boot = parse_custom_data(vm["properties"]["osProfile"]["customData"])
+            labels = dict(kv.split("=", 1) for kv in boot["KUBELET_NODE_LABELS"].split(",") if kv)
+            flags = dict(f.split("=", 1) for f in boot["KUBELET_FLAGS"].split(" "))
+            taints = []
+            for t in filter(None, flags.get("--register-with-taints", "").split(",")):
+                kv, _, effect = t.rpartition(":")
+                k, _, v = kv.partition("=")
+                taints.append({"key": k, "effect": effect, **({"value": v} if v else {})})
+            capacity = {**claim["status"]["capacity"], "pods": flags["--max-pods"]}
+            allocatable = {**claim["status"]["allocatable"], "pods": flags["--max-pods"]}
+            self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
+                "spec": {"providerID": pid, "taints": taints},
+                "status": {"capacity": capacity, "allocatable": allocatable,
+                           "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}})
+            self.registered[name] = boot
+
+
+def bound(api) -> list[dict]:
+    return [p for p in api.list("Pod", "workshop")[0] if p["spec"].get("nodeName")]
 
 
 def test_workshop_on_the_fake_arm(fake, tmp_path):
@@ -100,8 +120,33 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
             assert c["status"]["providerID"].startswith(
                 "azure:///subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/mc_rg_cluster_eastus/"
                 "providers/Microsoft.Compute/virtualMachines/aks-default-demo-")
+        # the Nodes join (the stand-in), Karpenter registers and initializes them, the four pods bind
+        wait_for(lambda: len(bound(api)) == 4, timeout=90, what="the 4 workshop pods bound")
+        nodes = {n["metadata"]["name"]: n for n in api.list("Node")[0]}
+        used = {p["spec"]["nodeName"] for p in bound(api)}
+        assert used == {"aks-" + c["metadata"]["name"] for c in claims}
+        for name in used:
+            n = nodes[name]
+            assert n["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
+            assert n["metadata"]["labels"]["karpenter.sh/registered"] == "true"
+            assert not [t for t in n["spec"].get("taints") or () if t["key"] in
+                        ("karpenter.sh/unregistered", "node.cilium.io/agent-not-ready")]
+        per_node = sorted(sum(1 for p in bound(api) if p["spec"]["nodeName"] == n) for n in used)
+        assert per_node == [1, 3]
+        vms = [c["status"]["providerID"].rsplit("/", 1)[-1] for c in claims]
+        # scaled to zero: the empty nodes are consolidated away, their VMs and NICs deleted in Azure
+        api.patch("Deployment", "inflate", {"spec": {"replicas": 0}}, "workshop")
+        wait_for(lambda: not api.list("NodeClaim")[0] and not api.list("Node")[0], timeout=120,
+                 what="the NodeClaims and Nodes gone")
+        wait_for(lambda: not fake.vms and not fake.nics, timeout=60, what="the VMs and NICs deleted")
+        deleted = {r["path"].rsplit("/", 1)[-1] for r in fake.calls("DELETE", r"/virtualMachines/[^/]+$")}
+        assert set(vms) <= deleted
         assert ctrl.stop() == 0
         assert "Traceback" not in ctrl.err_path.read_text()
+    except BaseException:
+        if ctrl is not None:
+            print(ctrl.out_path.read_text()[-6000:], ctrl.err_path.read_text()[-3000:])
+        raise
     finally:
         if stand_in is not None:
             stand_in.stop.set()
