@@ -632,13 +632,14 @@ def main(argv=None) -> int:
     ap.add_argument("--capacity-type", choices=("on-demand", "spot", "any"), default="on-demand",
                     help="the diverse NodePool's karpenter.sh/capacity-type requirement (any: none, as bench/scheduling.py)")
     ap.add_argument("--spot-to-spot", action="store_true", help="enable the SpotToSpotConsolidation feature gate")
+    ap.add_argument("--optimizer", action="store_true", help="enable karpy's ConsolidationOptimizer feature gate")
     ap.add_argument("--no-basic", action="store_true", help="skip the e2e basic workload")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the first step on the fresh cluster of the largest size; print the top functions")
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    gates = {"SpotToSpotConsolidation": bool(args.spot_to_spot)}
+    gates = {"SpotToSpotConsolidation": bool(args.spot_to_spot), "ConsolidationOptimizer": bool(args.optimizer)}
 
     t_all = time.perf_counter()
     problems: list[str] = []

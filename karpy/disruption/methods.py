@@ -178,8 +178,10 @@ def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared,
     return hit
 
 
-def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool) -> Simulation:
-    """Where would the candidates' pods go if the candidates were gone?"""
+def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
+             refine: bool = False) -> Simulation:
+    """Where would the candidates' pods go if the candidates were gone? (``refine``: with CostRefinement's
+    re-packing of the new NodeClaims, for karpy's ConsolidationOptimizer)"""
     SIMULATIONS[0] += 1
     names = {c.name for c in candidates}
     prep, leaving = _prepared(snapshot, consolidation)
@@ -187,6 +189,7 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
     pods = list(snapshot.pending_pods) + leaving + own
     sched = Scheduler.from_prepared(prep, exclude=names, hostname_prefix="disruption-placeholder",
                                     pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
+    sched.refine = refine
     r = sched.solve(pods)
     pending = {p.key for p in snapshot.pending_pods}
     failed = [k for k in r.errors if k not in pending]
@@ -544,7 +547,7 @@ class DisruptionEngine:
                 if budgets.get(f.node.nodepool, 0) <= 0:
                     return None, "budget"
                 budgets[f.node.nodepool] -= 1
-            sim = simulate(snapshot, fresh, consolidation=True)
+            sim = simulate(snapshot, fresh, consolidation=True, refine=cmd.method == "optimizer")
             if not sim.ok:
                 return None, "scheduling"
             if cmd.method == "optimizer":

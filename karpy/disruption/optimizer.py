@@ -7,7 +7,8 @@ nodes of the NodePools' types hold their pods more cheaply, within the NodePools
 proposes; the scheduling simulation disposes: the chosen nodes' pods are placed by the same simulation
 upstream's methods use (existing nodes first, then new NodeClaims, with every topology, affinity, taint and
 limit constraint), and the command goes ahead only when every pod finds a home and the NodeClaims it opens
-cost less than the nodes removed. When the whole set fails, the nodes wasting the most (by the model's dual
+cost less than the nodes removed. The simulation re-packs the NodeClaims it opens as ``CostRefinement`` does
+(a half-used NodeClaim becomes cheaper smaller ones), so a node may be replaced by several. When the whole set fails, the nodes wasting the most (by the model's dual
 prices) are tried in halves. The command is carried out by the disruption queue as upstream's are
 (replacements launched and initialized before the candidates drain).
 
@@ -130,7 +131,7 @@ def propose(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict
         if size < 1:
             break
         sub = batch[:size]
-        sim = simulate(snapshot, sub, consolidation=True)
+        sim = simulate(snapshot, sub, consolidation=True, refine=True)
         if sim.ok:
             reps, savings = evaluate(sub, sim.results)
             if worth_it(sub, savings):
