@@ -1,0 +1,122 @@
+"""karpy's ConsolidationOptimizer gate (docs/feature-gates.md, karpy/disruption/optimizer.py): off by default
+(upstream's decisions); on, a model of the whole cluster proposes which nodes to replace, the scheduling
+simulation confirms, the disruption queue carries it out within budgets, PDBs and do-not-disrupt."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from karpy.cli import main
+from karpy.controller.settings import SettingsError, parse_feature_gates
+from karpy.disruption import highs
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "feature-gates" / "consolidation-optimizer"
+GATE = "ConsolidationOptimizer"
+
+pytestmark = pytest.mark.skipif(highs.missing() is not None, reason="the optional solver (karpy[optimizer]) is not installed")
+
+
+def _copy(tmp_path: Path, on: bool) -> Path:
+    d = tmp_path / "example"
+    shutil.copytree(EXAMPLE, d, ignore=shutil.ignore_patterns("*.md"))
+    text = (d / "scenario.yaml").read_text()
+    assert f"{GATE}: false" in text
+    (d / "scenario.yaml").write_text(text.replace(f"{GATE}: false", f"{GATE}: {str(on).lower()}"))
+    return d
+
+
+def _status(d: Path) -> dict:
+    r = CliRunner().invoke(main, ["simulate", str(d), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["items"][-1]["status"]
+
+
+def _patch_manifests(d: Path, old: str, new: str) -> None:
+    text = (d / "manifests.yaml").read_text()
+    assert old in text
+    (d / "manifests.yaml").write_text(text.replace(old, new))
+
+
+def test_off_by_default_the_half_used_c_8x_stays():
+    s = _status(EXAMPLE)
+    assert [c["instanceType"] for c in s["nodeClaims"]] == ["c-8x-amd64-linux"]
+    assert s["disruptions"] == [] and s["costPerHour"] == "0.2172"
+    assert "featureGates" not in s
+
+
+def test_on_the_c_8x_is_replaced_by_a_cheaper_pair_queue_first_and_both_costs_shown(tmp_path):
+    s = _status(_copy(tmp_path, True))
+    assert s["pods"]["bound"] == s["pods"]["total"] == 4
+    live = sorted(c["instanceType"] for c in s["nodeClaims"] if c["deletedAt"] is None)
+    assert live == ["c-2x-amd64-linux", "c-4x-amd64-linux"]
+    assert s["costPerHour"] == "0.1629"
+    assert s["featureGates"] == {"karpy": [GATE], "costPerHourUpstream": "0.2172", "savingPerHour": "0.0543"}
+    [d] = s["disruptions"]
+    assert d["method"] == "optimizer" and d["outcome"] == "succeeded" and len(d["candidates"]) == 1
+    claims = {c["name"]: c for c in s["nodeClaims"]}
+    gone = claims[d["candidates"][0]]
+    for name in d["replacements"]:  # the replacements were up before the candidate was deleted
+        assert claims[name]["createdAt"] < gone["deletedAt"]
+
+
+def test_the_same_input_gives_the_same_decisions(tmp_path):
+    a = _status(_copy(tmp_path / "a", True))["disruptions"]
+    b = _status(_copy(tmp_path / "b", True))["disruptions"]
+    strip = [{k: v for k, v in d.items() if k not in ("candidates", "replacements")} for d in a]
+    assert strip == [{k: v for k, v in d.items() if k not in ("candidates", "replacements")} for d in b]
+    assert [len(d["replacements"]) for d in a] == [len(d["replacements"]) for d in b] == [2]
+
+
+def test_a_zero_budget_blocks_it(tmp_path):
+    d = _copy(tmp_path, True)
+    _patch_manifests(d, "    consolidateAfter: 1m\n", "    consolidateAfter: 1m\n    budgets: [{nodes: \"0\"}]\n")
+    s = _status(d)
+    assert s["disruptions"] == [] and s["costPerHour"] == "0.2172"
+
+
+def test_a_do_not_disrupt_pod_blocks_it(tmp_path):
+    d = _copy(tmp_path, True)
+    _patch_manifests(d, "    metadata: {labels: {app: app}}\n",
+                     "    metadata: {labels: {app: app}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}}\n")
+    s = _status(d)
+    assert s["disruptions"] == [] and s["costPerHour"] == "0.2172"
+
+
+def test_a_blocking_pdb_blocks_it(tmp_path):
+    d = _copy(tmp_path, True)
+    (d / "pdb.yaml").write_text("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: app, namespace: default}\n"
+                                "spec: {maxUnavailable: 0, selector: {matchLabels: {app: app}}}\n")
+    s = _status(d)
+    assert s["disruptions"] == [] and s["costPerHour"] == "0.2172"
+
+
+def test_the_model_keeps_within_the_budget_and_removes_the_most_wasteful():
+    # one type: 4 CPU for $1; three candidates of $1 each holding 1, 1 and 3.9 CPU
+    demand = np.array([[1.0], [1.0], [3.9]])
+    price = np.array([1.0, 1.0, 1.0])
+    alloc, tprice = np.array([[4.0]]), np.array([1.0])
+    plan = highs.solve(demand, price, np.zeros(3, dtype=int), np.array([3.0]), alloc, tprice)
+    assert plan.remove.tolist() == [True, True, False]  # two nearly empty nodes into one new node
+    assert plan.launch.tolist() == [1] and plan.objective == pytest.approx(1.0 - 2 * (1 - highs.DISRUPTION_COST))
+    assert plan.waste[0] > plan.waste[2]
+    one = highs.solve(demand, price, np.zeros(3, dtype=int), np.array([1.0]), alloc, tprice,
+                      free=alloc - demand, free_elsewhere=np.zeros(1))
+    assert one.remove.sum() <= 1  # the budget allows one node
+
+
+def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "highspy", None)  # import highspy now raises ImportError
+    assert "pip install 'karpy[optimizer]'" in highs.missing()
+    with pytest.raises(SettingsError, match="ConsolidationOptimizer needs the HiGHS solver"):
+        parse_feature_gates("--feature-gates", f"{GATE}=true")
+    assert parse_feature_gates("--feature-gates", f"{GATE}=false")[GATE] is False
+    r = CliRunner().invoke(main, ["simulate", str(_copy(tmp_path, True))])
+    assert r.exit_code == 2
+    assert "featureGates.ConsolidationOptimizer" in r.output and "karpy[optimizer]" in r.output
