@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import resources as res
 from ..disruption.drift import HASH_VERSION, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodepool_hash
 from ..kube.port import DELETED, JSON_PATCH
+from ..kube import errors as E
 from ..runtime.manager import condition, deleting
 from .env import Env
 from .lifecycle import set_condition
@@ -49,6 +50,26 @@ class NodePoolStatus:
         if np:
             self.env.mgr.enqueue(self, np)
 
+    def _restamp_claims(self, name: str, h: str) -> None:
+        """The NodePool was hashed under another hash version (by upstream Karpenter before a switch, or an
+        older karpy): its NodeClaims' hashes cannot be compared with this one, so they take the NodePool's
+        hash and this version instead of being called drifted. A NodeClaim already Drifted keeps its old hash
+        and so stays drifted (upstream's drift hash versioning)."""
+        env = self.env
+        for nc in env.mgr.list("NodeClaim"):
+            meta = nc["metadata"]
+            if (meta.get("labels") or {}).get("karpenter.sh/nodepool") != name or deleting(nc):
+                continue
+            if (meta.get("annotations") or {}).get(NODEPOOL_HASH_VERSION) == HASH_VERSION:
+                continue
+            stamp = {NODEPOOL_HASH_VERSION: HASH_VERSION}
+            if condition(nc, "Drifted") is None:
+                stamp[NODEPOOL_HASH] = h
+            try:
+                env.api.patch("NodeClaim", meta["name"], {"metadata": {"annotations": stamp}})
+            except E.NotFound:
+                pass
+
     def reconcile(self, name: str) -> float | None:
         env = self.env
         np = env.mgr.get("NodePool", name)
@@ -57,6 +78,8 @@ class NodePoolStatus:
         # hash
         h = nodepool_hash(np, memo=True)
         ann = np["metadata"].get("annotations") or {}
+        if ann.get(NODEPOOL_HASH_VERSION) != HASH_VERSION:
+            self._restamp_claims(name, h)
         if ann.get(NODEPOOL_HASH) != h or ann.get(NODEPOOL_HASH_VERSION) != HASH_VERSION:
             np = env.api.patch("NodePool", name, {"metadata": {"annotations": {NODEPOOL_HASH: h, NODEPOOL_HASH_VERSION: HASH_VERSION}}})
         # counters: capacity of the NodePool's launched NodeClaims

@@ -20,7 +20,10 @@ from ..scheduling.requirements import Requirements
 
 NODEPOOL_HASH = "karpenter.sh/nodepool-hash"
 NODEPOOL_HASH_VERSION = "karpenter.sh/nodepool-hash-version"
-HASH_VERSION = "v3"
+# karpy's own version of the NodePool hash: karpy hashes the template in its own way, so its hashes never
+# equal upstream's. A version other than upstream's ("v3") makes either controller, taking over NodeClaims the
+# other stamped, re-stamp them rather than call every one of them drifted (upstream's drift hash versioning).
+HASH_VERSION = "karpy-v1"
 NODECLASS_HASH = "karpy.dev/nodeclass-hash"
 
 # NodeClass spec fields that do not drift nodes when they change (they are resolved

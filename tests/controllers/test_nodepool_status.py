@@ -26,8 +26,48 @@ def test_the_template_hash_is_stamped_on_the_nodepool(h):
     """Upstream nodepool/hash: karpenter.sh/nodepool-hash and karpenter.sh/nodepool-hash-version annotations."""
     h.setup()
     ann = annotations(_np(h))
-    assert ann["karpenter.sh/nodepool-hash-version"] == "v3"
+    # karpy's own hash version: its hashes are not upstream's, so the version must not be upstream's "v3"
+    assert ann["karpenter.sh/nodepool-hash-version"] == "karpy-v1"
     assert len(ann["karpenter.sh/nodepool-hash"]) > 0
+
+
+def _upstream_stamped(h: Harness, claim: dict, drifted: bool = False) -> None:
+    """Make the NodePool and a NodeClaim look as upstream Karpenter left them: its own hash and version "v3"."""
+    upstream = {"karpenter.sh/nodepool-hash": "12345678901234567890", "karpenter.sh/nodepool-hash-version": "v3"}
+    h.patch("NodePool", "default", {"metadata": {"annotations": upstream}})
+    h.patch("NodeClaim", claim["metadata"]["name"], {"metadata": {"annotations": upstream}})
+    if drifted:
+        c = h.get("NodeClaim", claim["metadata"]["name"])
+        conds = [*((c.get("status") or {}).get("conditions") or ()),
+                 {"type": "Drifted", "status": "True", "reason": "NodePoolDrifted", "message": "",
+                  "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        h.patch("NodeClaim", c["metadata"]["name"], {"status": {"conditions": conds}}, subresource="status")
+
+
+def test_nodeclaims_hashed_by_upstream_are_restamped_not_drifted(h):
+    """Taking over from upstream Karpenter (drift hash versioning): the NodePool carries upstream's hash
+    version, so its NodeClaims take karpy's hash and version instead of all turning drifted."""
+    h.setup()
+    claim, _ = h.launch_node()
+    _upstream_stamped(h, claim)
+    ann = annotations(_np(h))
+    assert ann["karpenter.sh/nodepool-hash-version"] == "karpy-v1"
+    c = annotations(h.get("NodeClaim", claim["metadata"]["name"]))
+    assert c["karpenter.sh/nodepool-hash-version"] == "karpy-v1"
+    assert c["karpenter.sh/nodepool-hash"] == ann["karpenter.sh/nodepool-hash"]
+    h.reconcile("nodeclaim.disruption", claim["metadata"]["name"])
+    assert cond(h.get("NodeClaim", claim["metadata"]["name"]), "Drifted") is None
+
+
+def test_a_nodeclaim_already_drifted_keeps_its_hash_on_restamping(h):
+    """It stays drifted: its old hash cannot be compared, so it is not made to look current."""
+    h.setup()
+    claim, _ = h.launch_node()
+    _upstream_stamped(h, claim, drifted=True)
+    np_hash = annotations(_np(h))["karpenter.sh/nodepool-hash"]
+    c = annotations(h.get("NodeClaim", claim["metadata"]["name"]))
+    assert c["karpenter.sh/nodepool-hash-version"] == "karpy-v1"
+    assert c["karpenter.sh/nodepool-hash"] == "12345678901234567890" != np_hash
 
 
 def test_the_hash_follows_static_fields_only(h):

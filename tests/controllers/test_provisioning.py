@@ -96,7 +96,7 @@ def test_provisions_a_nodeclaim_for_pending_pods(h):
     types = reqs[INSTANCE_TYPE_LABEL]["values"]
     assert types and all(t.startswith("c-") for t in types)
     assert "c-1x-amd64-linux" not in types and "c-2x-amd64-linux" not in types  # too small for 3 cpu
-    assert annotations(c)["karpenter.sh/nodepool-hash-version"] == "v3"
+    assert annotations(c)["karpenter.sh/nodepool-hash-version"] == "karpy-v1"
     assert annotations(c)["karpenter.sh/nodepool-hash"] == annotations(np).get("karpenter.sh/nodepool-hash",
                                                                                 annotations(c)["karpenter.sh/nodepool-hash"])
     (created,) = h.events("Created", involved=c["metadata"]["name"])
