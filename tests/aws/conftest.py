@@ -271,3 +271,37 @@ def preload(its, catalog) -> None:
     """Give an InstanceTypes the module's loaded types and zones (its prices still come from the account)."""
     its.infos, its.zones = catalog
     its.refreshed["types"] = its.refreshed["offerings"] = its.now()
+
+
+@pytest.fixture
+def env(account, ec2_catalog):
+    """A provider on karpy's own clients (with a fault injector), a Ready NodeClass, and the account."""
+    import base64
+
+    from karpy.cloudprovider.ec2.clients import Clients
+    from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+    from karpy.cloudprovider.ec2.nodeclass import NodeClassResolver
+    from karpy.cloudprovider.ec2.provider import EC2CloudProvider
+    from karpy.cloudprovider.ec2.settings import AWSSettings
+
+    c = Clients(max_attempts=1)
+    faults = FaultInjector(c.ec2)
+    nc = nodeclass()
+    nc["status"] = NodeClassResolver(c, CLUSTER, lambda: K8S, SSM_ROOT, lambda: "172.20.0.0/16").resolve(nc).status
+    nc["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    its = InstanceTypes(c, REGION)
+    preload(its, ec2_catalog)
+    its.refreshed["spot"] = its.refreshed["on-demand"] = its.now()
+    cluster = {"endpoint": "https://example.eks.amazonaws.com", "ca": base64.b64encode(b"CA").decode(),
+               "cidr": "172.20.0.0/16", "dns": "172.20.0.10"}
+    p = EC2CloudProvider(c, AWSSettings(CLUSTER), its, lambda kind, name: nc, lambda: cluster)
+    return p, nc, faults, account
+
+
+def claim(name="nc-1", arch="arm64", types=("m7g.large", "c7g.large", "m6g.large"), ct="on-demand"):
+    return {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "graviton"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(types)},
+                                      {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]},
+                                      {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [ct]},
+                                      {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["graviton"]}]}}

@@ -20,10 +20,9 @@ def test_the_policy_allows_every_call_the_code_makes():
     used = set()
     for f in (ROOT / "karpy" / "cloudprovider" / "ec2").glob("*.py"):
         text = f.read_text()
-        for svc, method in re.findall(r"\.c\.(ec2|ssm|iam|eks|sqs|pricing)\.(?!meta\b|get_paginator\b)(\w+)\(", text) + \
-                re.findall(r"clients\.(ec2|ssm|iam|eks|sqs|pricing)\.(\w+)\(", text):
+        for svc, method in re.findall(r"\b(?:c|clients)\.(ec2|ssm|iam|eks|sqs|pricing)\.(?!meta\b|get_paginator\b)(\w+)\(", text):
             used.add(f"{SERVICES[svc]}:{_pascal(method)}")
-        for svc, method in re.findall(r"\.c\.(ec2|pricing)\.get_paginator\(\"(\w+)\"\)", text):
+        for svc, method in re.findall(r"\b(?:c|clients)\.(ec2|pricing|iam)\.get_paginator\(\"(\w+)\"\)", text):
             used.add(f"{svc}:{_pascal(method)}")
     assert len(used) > 15
     assert sorted(used - allowed) == []

@@ -37,12 +37,15 @@ from ..types import (
     Offering,
 )
 from .. import aws as static
+from .batcher import create_fleet_batcher, describe_instances_batcher, terminate_instances_batcher
 from .clients import ICE_CODES, LAUNCH_REASONS, error_code, error_message, is_not_found
 from .nodeclass import HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, hash_annotations
 from .userdata import Bootstrap, render
 
 ICE_TTL = 180.0
 MAX_TYPES = 60
+LT_TTL = 60.0  # seconds an unused launch template is kept (upstream's cache TTL)
+TYPES_TTL = 300.0  # seconds a NodeClass's instance-type list is reused
 LT_PREFIX = "karpenter.k8s.aws/"
 TAG_NODEPOOL = "karpenter.sh/nodepool"
 TAG_NODECLAIM = "karpenter.sh/nodeclaim"
@@ -108,6 +111,12 @@ class EC2CloudProvider:
         self._interruptions: list[dict] = []
         self._subscribers: list[Callable[[], None]] = []
         self._recreate: dict[str, Callable[[], None]] = {}  # launch template name -> create it again
+        self._types_cache: dict[tuple, tuple[float, list[InstanceType]]] = {}
+        self._types_lock = threading.Lock()
+        self._lt_lock = threading.Lock()
+        self.fleets = create_fleet_batcher(clients)
+        self.describes = describe_instances_batcher(clients)
+        self.terminations = terminate_instances_batcher(clients)
 
     # --- catalog ----------------------------------------------------------------------------------
     def serves(self, ref: dict | None) -> bool:
@@ -130,8 +139,22 @@ class EC2CloudProvider:
             self.ice_seq += 1
 
     def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:
+        """The NodeClass's instance types, kept 5 minutes (upstream's cache) while the catalog, prices, the
+        NodeClass and the unavailable offerings stay the same."""
         self.types.refresh()
-        return self.types.list(nodeclass, self.unavailable)
+        nc = nodeclass or {}
+        st = nc.get("status") or {}
+        key = (self.types.version, self.ice_key(),
+               digest([nc.get("spec"), st.get("amis"), st.get("subnets"), (nc.get("metadata") or {}).get("name")]))
+        now = self.now()
+        with self._types_lock:  # concurrent callers wait for one computation
+            hit = self._types_cache.get(key)
+            if hit is not None and now - hit[0] < TYPES_TTL:
+                return hit[1]
+            out = self.types.list(nodeclass, self.unavailable)
+            self._types_cache = {k: v for k, v in self._types_cache.items() if now - v[0] < TYPES_TTL}
+            self._types_cache[key] = (now, out)
+        return out
 
     def well_known_labels(self, nodepool: dict) -> frozenset[str]:
         return static.AWSProvider.WELL_KNOWN_LABELS
@@ -219,7 +242,7 @@ class EC2CloudProvider:
 
     def _create_fleet(self, req: dict) -> dict:
         try:
-            return self.c.ec2.create_fleet(**req)
+            return self.fleets.add(req)
         except Exception as e:  # noqa: BLE001
             if error_code(e) != "InvalidLaunchTemplateName.NotFoundException":
                 raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
@@ -227,7 +250,10 @@ class EC2CloudProvider:
             self.lts.clear()
         for cfg in req["LaunchTemplateConfigs"]:
             self._recreate.get(cfg["LaunchTemplateSpecification"]["LaunchTemplateName"], lambda: None)()
-        return self.c.ec2.create_fleet(**req)
+        try:
+            return self.fleets.add(req)
+        except Exception as e:  # noqa: BLE001
+            raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
 
     def _handle_fleet_errors(self, errors: list[dict], ct: str) -> None:
         for e in errors:
@@ -254,8 +280,7 @@ class EC2CloudProvider:
         labels = (nodeclaim.get("metadata") or {}).get("labels") or {}
         return {**{str(k): str(v) for k, v in ((nc.get("spec") or {}).get("tags") or {}).items()},
                 f"kubernetes.io/cluster/{name}": "owned", TAG_CLUSTER_NAME: name,
-                TAG_NODEPOOL: labels.get(LABEL_NODEPOOL, ""), TAG_NODECLASS: nc["metadata"]["name"],
-                TAG_NODECLAIM: nodeclaim["metadata"]["name"]}
+                TAG_NODEPOOL: labels.get(LABEL_NODEPOOL, ""), TAG_NODECLASS: nc["metadata"]["name"]}
 
     def _ensure_launch_template(self, nc: dict, ami: str, it: InstanceType, labels: dict, claim_spec: dict,
                                 tags: dict) -> str:
@@ -296,7 +321,7 @@ class EC2CloudProvider:
             or [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True}}],
             "Monitoring": {"Enabled": bool(spec.get("detailedMonitoring"))},
             "TagSpecifications": [{"ResourceType": "network-interface",
-                                   "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items()) if k != TAG_NODECLAIM]}],
+                                   "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}],
         }
         name = LT_PREFIX + digest(data)
         with self.lock:
@@ -309,21 +334,94 @@ class EC2CloudProvider:
                 self.c.ec2.create_launch_template(
                     LaunchTemplateName=name, LaunchTemplateData=data,
                     TagSpecifications=[{"ResourceType": "launch-template", "Tags": [
-                        {"Key": k, "Value": v} for k, v in sorted(tags.items()) if k not in (TAG_NODECLAIM, TAG_NODEPOOL)]}])
+                        {"Key": k, "Value": v} for k, v in sorted(tags.items()) if k != TAG_NODEPOOL]}])
             except Exception as e:  # noqa: BLE001
                 if error_code(e) != "InvalidLaunchTemplateName.AlreadyExistsException":
                     raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
 
-        try:
-            self.c.ec2.describe_launch_templates(LaunchTemplateNames=[name])
-        except Exception as e:  # noqa: BLE001
-            if not is_not_found(e):
-                raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
-            create()
-        self._recreate[name] = create
-        with self.lock:
-            self.lts[name] = self.now()
+        with self._lt_lock:  # one lookup (and creation) per template, however many launches want it
+            with self.lock:
+                if name in self.lts:
+                    self.lts[name] = self.now()
+                    return name
+            try:
+                self.c.ec2.describe_launch_templates(LaunchTemplateNames=[name])
+            except Exception as e:  # noqa: BLE001
+                if not is_not_found(e):
+                    raise LaunchError(LAUNCH_REASONS.get(error_code(e), "LaunchFailed"), error_message(e)) from None
+                create()
+            self._recreate[name] = create
+            with self.lock:
+                self.lts[name] = self.now()
         return name
+
+    # --- launch template garbage collection ----------------------------------------------------------
+    def hydrate_launch_templates(self) -> int:
+        """Learn the launch templates karpy made for this cluster (after a restart): each is kept one more
+        TTL from now, then collected unless a launch uses it."""
+        found = 0
+        pages = self.c.ec2.get_paginator("describe_launch_templates").paginate(
+            Filters=[{"Name": f"tag:{TAG_CLUSTER_NAME}", "Values": [self.settings.cluster_name]}],
+            PaginationConfig={"PageSize": 200})
+        now = self.now()
+        for page in pages:
+            for lt in page.get("LaunchTemplates") or ():
+                if lt.get("LaunchTemplateName", "").startswith(LT_PREFIX):
+                    with self.lock:
+                        self.lts.setdefault(lt["LaunchTemplateName"], now)
+                    found += 1
+        return found
+
+    def collect_launch_templates(self) -> list[str]:
+        """Delete the launch templates no launch used for LT_TTL (an AMI, security group, user data or
+        kubelet setting that changed leaves its old templates unused); the deleted names."""
+        now = self.now()
+        with self._lt_lock, self.lock:
+            stale = [n for n, t in self.lts.items() if now - t >= LT_TTL]
+            for n in stale:
+                del self.lts[n]
+                self._recreate.pop(n, None)
+        gone = []
+        for n in stale:
+            try:
+                self.c.ec2.delete_launch_template(LaunchTemplateName=n)
+            except Exception as e:  # noqa: BLE001
+                if not is_not_found(e):
+                    if self.log is not None:
+                        self.log.error("failed to delete launch template", controller="launchtemplate.garbagecollection",
+                                       **{"launch-template": n}, error=error_message(e))
+                    continue
+            gone.append(n)
+        return gone
+
+    def delete_launch_templates(self, nodeclass_name: str) -> list[str]:
+        """Delete every launch template karpy made for a NodeClass (its finalizer)."""
+        names = []
+        pages = self.c.ec2.get_paginator("describe_launch_templates").paginate(
+            Filters=[{"Name": f"tag:{TAG_CLUSTER_NAME}", "Values": [self.settings.cluster_name]},
+                     {"Name": f"tag:{TAG_NODECLASS}", "Values": [nodeclass_name]}], PaginationConfig={"PageSize": 200})
+        for page in pages:
+            names.extend(lt["LaunchTemplateName"] for lt in page.get("LaunchTemplates") or ())
+        for n in names:
+            try:
+                self.c.ec2.delete_launch_template(LaunchTemplateName=n)
+            except Exception as e:  # noqa: BLE001
+                if not is_not_found(e):
+                    raise
+            with self._lt_lock, self.lock:
+                self.lts.pop(n, None)
+                self._recreate.pop(n, None)
+        return names
+
+    def create_tags(self, pid: str, tags: dict[str, str]) -> dict[str, str]:
+        """Add the tags the instance lacks (it is read again first); the tags added."""
+        inst = self._instance(pid)
+        have = {t["Key"] for t in inst.get("Tags") or ()}
+        missing = {k: v for k, v in tags.items() if k not in have}
+        if missing:
+            self.c.ec2.create_tags(Resources=[inst["InstanceId"]],
+                                   Tags=[{"Key": k, "Value": v} for k, v in sorted(missing.items())])
+        return missing
 
     def _as_nodeclaim(self, name: str, iid: str, it: InstanceType, o: Offering, image: str, labels: dict,
                       nc: dict | None) -> dict:
@@ -346,6 +444,8 @@ class EC2CloudProvider:
 
     # --- get / list / delete ----------------------------------------------------------------------
     def _describe(self, **kw: Any) -> list[dict]:
+        if kw.get("InstanceIds"):  # lookups by id share one call (see .batcher)
+            return [i for r in self.describes.add(kw) for i in r.get("Instances", [])]
         out = []
         for page in self.c.ec2.get_paginator("describe_instances").paginate(**kw):
             for r in page.get("Reservations", []):
@@ -400,7 +500,7 @@ class EC2CloudProvider:
         if (inst.get("State") or {}).get("Name") == "shutting-down":
             return
         try:
-            self.c.ec2.terminate_instances(InstanceIds=[inst["InstanceId"]])
+            self.terminations.add({"InstanceIds": [inst["InstanceId"]]})
         except Exception as e:  # noqa: BLE001
             if is_not_found(e):
                 raise NodeClaimNotFoundError(f"instance {pid} not found") from None
