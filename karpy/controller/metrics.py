@@ -16,6 +16,8 @@ Labels follow kubernetes-sigs/karpenter:
   ``karpenter_provisioner_scheduling_duration_seconds``)
 * ``karpenter_voluntary_disruption_decisions_total{decision,reason,consolidation_type}``
 * ``karpenter_nodepools_usage{resource_type,nodepool}``, ``karpenter_nodepools_limit{resource_type,nodepool}``
+* ``karpenter_interruption_received_messages_total{message_type}``, ``karpenter_interruption_deleted_messages_total``,
+  ``karpenter_interruption_message_queue_duration_seconds`` (the AWS interruption queue)
 * ``controller_runtime_reconcile_total{controller,result}``, ``controller_runtime_reconcile_time_seconds{controller}``
 """
 
@@ -109,6 +111,17 @@ class Metrics:
         self.reconcile_time = Histogram(
             "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller",
             ["controller"], buckets=DURATION_BUCKETS, registry=r)
+        self.interruption_received = Counter(
+            "karpenter_interruption_received_messages_total",
+            "Count of messages received from the SQS queue. Broken down by message type and whether the message was "
+            "actionable.", ["message_type"], registry=r)
+        self.interruption_deleted = Counter(
+            "karpenter_interruption_deleted_messages_total", "Count of messages deleted from the SQS queue.", [],
+            registry=r)
+        self.interruption_latency = Histogram(
+            "karpenter_interruption_message_queue_duration_seconds",
+            "Amount of time an interruption message is on the queue before it is processed by karpenter.", [],
+            buckets=DURATION_BUCKETS, registry=r)
         r.register(_StateCollector(self))
         self._lock = threading.Lock()
         self._solves = 0
@@ -121,7 +134,8 @@ class Metrics:
         self._solves = getattr(provisioner, "solves", 0)
         log.listeners.append(self.on_log)
         if log.listen_for is not None:
-            log.listen_for |= {"created nodeclaim", "deleted nodeclaim", "disrupting node(s)"}
+            log.listen_for |= {"created nodeclaim", "deleted nodeclaim", "disrupting node(s)",
+                               "received interruption queue message", "deleted interruption queue message"}
         mgr.on_reconcile = self.on_reconcile
 
     def text(self) -> bytes:
@@ -147,6 +161,12 @@ class Metrics:
             method = str(rec.get("method") or "")
             ctype = {"emptiness": "empty", "single": "single", "multi": "multi"}.get(method, "")
             self.decisions.labels(str(rec.get("decision") or ""), str(rec.get("reason") or "").lower(), ctype).inc()
+        elif msg == "received interruption queue message":
+            self.interruption_received.labels(str(rec.get("message_type") or "no_op")).inc()
+            if isinstance(rec.get("queue_seconds"), (int, float)):
+                self.interruption_latency.observe(rec["queue_seconds"])
+        elif msg == "deleted interruption queue message":
+            self.interruption_deleted.inc()
 
     def on_reconcile(self, controller: str, seconds: float, failed: bool) -> None:
         self.reconcile_total.labels(controller, "error" if failed else "success").inc()
