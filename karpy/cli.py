@@ -145,18 +145,12 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
 
 def _load_prices(path: str):
     """The user's prices file (--prices), checked against the catalogs' instance types and regions."""
-    from .cloudprovider.catalog import all_providers
-    from .cloudprovider.user_prices import PriceFileError, load_user_prices
+    from .compare.run import InputError, load_prices
 
-    types: set[str] = set()
-    regions: set[str] = set()
-    for p in all_providers():
-        types.update(s["name"] for s in p.catalog["sizes"])
-        regions.update(p.regions)
     try:
-        return load_user_prices(path, types, regions)
-    except PriceFileError as e:
-        _fail_input([f"--prices: {e}"])
+        return load_prices(path)
+    except InputError as e:
+        _fail_input(e.lines)
 
 
 def _note_estimated_prices(sim) -> None:
