@@ -8,8 +8,8 @@ goes through the SDK's pipeline: bearer tokens, retries, long-running-operation 
 It implements the calls karpy's Azure provider makes, with ARM's shapes: network interfaces and virtual
 machines (PUT, GET, DELETE; PUTs and DELETEs are long-running operations answered 201/202 with an
 ``Azure-AsyncOperation`` URL that reports ``InProgress`` then ``Succeeded`` or ``Failed``), VM extensions,
-resource SKUs (built from karpy's Azure catalog for the location), network security groups and load
-balancers of the node resource group, community gallery image versions, and Resource Graph queries (the
+resource SKUs (built from karpy's Azure catalog for the location), subnets (GET), network security groups
+and load balancers of the node resource group, community gallery image versions, and Resource Graph queries (the
 ``where`` clauses karpy writes, paged with ``$skipToken``). Errors carry ARM's JSON
 (``{"error": {"code", "message", "details"}}``); :meth:`FakeARM.fail` injects them per operation, at once (the
 PUT is refused) or late (the operation fails), and :meth:`FakeARM.throttle` answers 429 with Retry-After.
@@ -115,6 +115,7 @@ class FakeARM:
         for img in ("V3gen2", "V3", "V3gen2arm64", "V2gen2", "V2", "V2gen2arm64"):
             self.image_versions[(CIG_AZURELINUX, img)] = [("202506.01.0", "2025-06-02T00:00:00Z")]
         self.nsgs = [f"aks-agentpool-{CLUSTER_ID}-nsg"]
+        self.subnets = {("rg-net", "vnet-1", "nodes")}  # (resource group, virtual network, subnet), lower case
         self.lbs = {"kubernetes": ["kubernetes", "aksOutboundBackendPool", "kubernetes-ipv6"]}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -263,6 +264,7 @@ class FakeARM:
             ("vm.ext", rg_rx + r"Microsoft\.Compute/virtualMachines/([^/]+)/extensions/([^/]+)$"),
             ("vm", rg_rx + r"Microsoft\.Compute/virtualMachines/([^/]+)$"),
             ("nic", rg_rx + r"Microsoft\.Network/networkInterfaces/([^/]+)$"),
+            ("subnet", rg_rx + r"Microsoft\.Network/virtualNetworks/([^/]+)/subnets/([^/]+)$"),
             ("nsgs", rg_rx + r"Microsoft\.Network/networkSecurityGroups$"),
             ("lbs", rg_rx + r"Microsoft\.Network/loadBalancers$"),
             ("skus", rf"(?i)^{sub}/providers/Microsoft\.Compute/skus$"),
@@ -413,6 +415,15 @@ class FakeARM:
     def _skus(self, method, m, query, doc, fault):  # noqa: ANN001
         want = re.search(r"location eq '([^']+)'", query.get("$filter", ""))
         return 200, {}, {"value": [s for s in self.skus if not want or want.group(1) in s["locations"]]}
+
+    def _subnet(self, method, m, query, doc, fault):  # noqa: ANN001
+        rg, vnet, subnet = m.group(1), m.group(2), m.group(3)
+        if (rg.lower(), vnet.lower(), subnet.lower()) not in self.subnets:
+            return self._error(404, "NotFound", f"Resource /subscriptions/{SUBSCRIPTION}/resourceGroups/{rg}/providers/"
+                               f"Microsoft.Network/virtualNetworks/{vnet}/subnets/{subnet} not found.")
+        sid = self._id(rg, "Microsoft.Network/virtualNetworks", f"{vnet}/subnets/{subnet}")
+        return 200, {}, {"id": sid, "name": subnet, "type": "Microsoft.Network/virtualNetworks/subnets",
+                         "properties": {"addressPrefix": "10.224.0.0/16", "provisioningState": "Succeeded"}}
 
     def _nsgs(self, method, m, query, doc, fault):  # noqa: ANN001
         rg = m.group(1)

@@ -68,6 +68,7 @@ class BootstrapStandIn:
                 "name": name, "labels": {**labels, "kubernetes.io/hostname": name}},
                 "spec": {"providerID": pid, "taints": taints},
                 "status": {"capacity": capacity, "allocatable": allocatable,
+                           "nodeInfo": {"kubeletVersion": "v" + boot["KUBERNETES_VERSION"], "architecture": labels["kubernetes.io/arch"]},
                            "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}})
             self.registered[name] = boot
 
@@ -120,6 +121,13 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
             assert c["status"]["providerID"].startswith(
                 "azure:///subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/mc_rg_cluster_eastus/"
                 "providers/Microsoft.Compute/virtualMachines/aks-default-demo-")
+        nc = api.get("AKSNodeClass", "default-demo")
+        ready = {c["type"]: c["status"] for c in nc["status"]["conditions"]}
+        assert ready["Ready"] == "True" and ready["ImagesReady"] == "True" and ready["SubnetsReady"] == "True"
+        assert nc["status"]["kubernetesVersion"] == api._call(api._request("GET", "/version"))["gitVersion"].lstrip("v").split("-")[0]
+        assert [i["id"].split("/")[4] for i in nc["status"]["images"]] == \
+            ["2204gen2containerd", "2204containerd", "2204gen2arm64containerd"]
+        assert nc["metadata"]["annotations"]["karpenter.azure.com/aksnodeclass-hash-version"] == "karpy-v1"
         # the Nodes join (the stand-in), Karpenter registers and initializes them, the four pods bind
         wait_for(lambda: len(bound(api)) == 4, timeout=90, what="the 4 workshop pods bound")
         nodes = {n["metadata"]["name"]: n for n in api.list("Node")[0]}
@@ -131,6 +139,8 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
             assert n["metadata"]["labels"]["karpenter.sh/registered"] == "true"
             assert not [t for t in n["spec"].get("taints") or () if t["key"] in
                         ("karpenter.sh/unregistered", "node.cilium.io/agent-not-ready")]
+        for c in api.list("NodeClaim")[0]:
+            assert not [x for x in c["status"].get("conditions") or () if x["type"] == "Drifted"]
         per_node = sorted(sum(1 for p in bound(api) if p["spec"]["nodeName"] == n) for n in used)
         assert per_node == [1, 3]
         vms = [c["status"]["providerID"].rsplit("/", 1)[-1] for c in claims]

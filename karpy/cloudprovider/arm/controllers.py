@@ -1,4 +1,6 @@
-"""The Azure provider's own controller, and how ``karpy controller --cloud-provider azure`` builds the provider.
+"""The Azure provider's own controllers, and how ``karpy controller --cloud-provider azure`` builds the provider.
+
+:class:`~.nodeclass.NodeClassController` keeps every AKSNodeClass's status, conditions and hash annotations.
 
 :class:`GarbageCollector` (upstream's instance and NIC garbage collection): every 2 minutes, VMs of this
 cluster that no NodeClaim claims and that are older than 5 minutes are deleted with their Node; every 5
@@ -12,6 +14,7 @@ import time
 from typing import Any
 
 from ...kube.times import parse_time
+from .nodeclass import NodeClassController
 from .provider import GC_GRACE, AzureVMProvider, vm_name
 
 VM_GC_PERIOD = 120.0
@@ -82,6 +85,12 @@ class GarbageCollector:
         return done
 
 
+def server_version(api: Any) -> str:
+    """The API server's Kubernetes version, without the ``v`` and build suffixes: ``1.33.2``."""
+    v = api._call(api._request("GET", "/version"))  # KubeClient's own request path
+    return str((v or {}).get("gitVersion") or "").lstrip("v").split("+")[0].split("-")[0]
+
+
 def _cluster_facts(api: Any, log: Any) -> dict:
     """The cluster CA (from the controller's own kubeconfig) and the API server's Kubernetes version."""
     facts: dict[str, str] = {"ca": "", "version": ""}
@@ -98,8 +107,7 @@ def _cluster_facts(api: Any, log: Any) -> dict:
             except OSError:
                 pass
     try:
-        v = api._call(api._request("GET", "/version"))  # KubeClient's own request path
-        facts["version"] = str((v or {}).get("gitVersion") or "").lstrip("v").split("+")[0].split("-")[0]
+        facts["version"] = server_version(api)
     except Exception as e:  # noqa: BLE001 - the bootstrap falls back to a supported version
         log.warn("failed reading the API server's version", controller="cloudprovider", error=str(e))
     return facts
@@ -137,7 +145,8 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
                                delete_nodeclaim=delete_nodeclaim, log=log, recorder=recorder)
     log.info("discovered instance types", controller="cloudprovider", count=len(types.infos), location=s.location,
              **{"provision-mode": s.provision_mode})
-    return provider, [GarbageCollector(mgr, api, provider, log)], [_Closer(provider)]
+    status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)
+    return provider, [GarbageCollector(mgr, api, provider, log), status], [_Closer(provider)]
 
 
 class _Closer:

@@ -13,8 +13,8 @@
 * **Get / List / Delete**: GET of the VM named in the provider ID; Resource Graph for every VM of this cluster
   (tags ``karpenter.sh_nodepool`` and ``karpenter.azure.com_cluster``); delete of the VM (force) then its NIC,
   one delete in flight per VM.
-* **Drift**: the VM's image is no longer the newest of its image definition (``ImageDrift``); the static
-  NodeClass hash is judged by karpy's engine.
+* **Drift** (:meth:`AzureVMProvider.is_drifted`): the NodeClass hash, the Kubernetes version, the kubelet
+  identity and the image, as upstream; the AKSNodeClass's status comes from :mod:`.nodeclass`.
 * **Garbage collection**: VMs of this cluster no NodeClaim claims, older than 5 minutes, and NICs named
   ``aks-*`` with neither a VM nor a NodeClaim (:class:`GarbageCollector`).
 """
@@ -52,6 +52,8 @@ TAG_CLUSTER = "karpenter.azure.com_cluster"
 TAG_NODEPOOL = "karpenter.sh_nodepool"
 TAG_BILLING = "compute.aks.billing"
 NODECLASS_HASH_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash"
+NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash-version"
+NODECLASS_HASH_VERSION = "karpy-v1"  # karpy's hash of the AKSNodeClass, not upstream's v3
 PRICE_ANNOTATION = "karpy.dev/price-per-hour"
 POLL_INTERVAL = 3.0
 GC_GRACE = 300.0  # a VM younger than this is never garbage collected (Resource Graph lags)
@@ -162,20 +164,31 @@ class AzureVMProvider:
         self.unavailable.mark(capacity_type, instance_type, zone, 180.0)
 
     # --- images -----------------------------------------------------------------------------------
-    def _k8s_minor(self) -> int:
-        v = str(self.cluster().get("version") or "1.33.0")
+    def kubernetes_version(self, nodeclass: dict | None = None) -> str:
+        """The AKSNodeClass's ``status.kubernetesVersion`` (as upstream), else the API server's."""
+        v = ((nodeclass or {}).get("status") or {}).get("kubernetesVersion") or self.cluster().get("version")
+        return str(v or "1.33.0").lstrip("v")
+
+    def _k8s_minor(self, nodeclass: dict | None = None) -> int:
+        v = self.kubernetes_version(nodeclass)
         try:
             return int(v.lstrip("v").split(".")[1])
         except (IndexError, ValueError):
             return 33
 
     def image_id(self, nodeclass: dict | None, it: InstanceType) -> str:
-        """The newest community gallery image version for this size's architecture and Hyper-V generation."""
+        """The image for this size's architecture and Hyper-V generation: the first of the AKSNodeClass's
+        ``status.images`` it meets (as upstream), else the newest community gallery version."""
         family = ((nodeclass or {}).get("spec") or {}).get("imageFamily") or "Ubuntu"
-        gallery, defs = image_definitions(family, self._k8s_minor())
         info = self.types.info(it.name)
         gens = info.hyperv if info else ("V2",)
         arch = it.labels.get(LABEL_ARCH, "amd64")
+        for img in ((nodeclass or {}).get("status") or {}).get("images") or ():
+            want = {r.get("key"): set(r.get("values") or ()) for r in img.get("requirements") or ()}
+            if arch in want.get(LABEL_ARCH, {arch}) and \
+                    any(g[1:] in want.get("karpenter.azure.com/sku-hyperv-generation", {g[1:]}) for g in gens):
+                return img["id"]
+        gallery, defs = image_definitions(family, self._k8s_minor(nodeclass))
         definition = defs.get((arch, "V2")) if "V2" in gens else defs.get((arch, "V1"))
         if definition is None:
             raise LaunchError("ImageNotFound", f"no {family} image for {it.name} ({arch}, {','.join(gens)})")
@@ -333,7 +346,7 @@ class AzureVMProvider:
         cluster = self.cluster()
         facts = self._network_facts()
         boot = NodeBootstrap(
-            kubernetes_version=str(cluster.get("version") or "1.33.0").lstrip("v"), ca_bundle_b64=cluster.get("ca", ""),
+            kubernetes_version=self.kubernetes_version(nc), ca_bundle_b64=cluster.get("ca", ""),
             arch=it.labels.get(LABEL_ARCH, "amd64"), labels=node_labels, taints=taints,
             max_pods=int(it.capacity.get("pods", 0)),
             kube_reserved={k: v for k, v in reserved.items() if k in ("cpu", "memory")},
@@ -445,6 +458,7 @@ class AzureVMProvider:
         ann = {PRICE_ANNOTATION: f"{o.price:.4f}"}
         if nc is not None:
             ann[NODECLASS_HASH_ANNOTATION] = nodeclass_hash(nc)
+            ann[NODECLASS_HASH_VERSION_ANNOTATION] = NODECLASS_HASH_VERSION
         return {"metadata": {"name": nodeclaim["metadata"]["name"], "labels": labels, "annotations": ann},
                 "status": {"providerID": self.provider_id(name), "imageID": image,
                            "capacity": format_resource_list(it.capacity),
@@ -578,12 +592,45 @@ class AzureVMProvider:
 
     # --- drift ------------------------------------------------------------------------------------
     def is_drifted(self, nodeclaim: dict, nodeclass: dict | None) -> str | None:
+        """Upstream's checks in upstream's order: NodeClassDrift (the hash, when both carry karpy's hash
+        version), K8sVersionDrift (the Node's kubelet version is not the AKSNodeClass's
+        ``status.kubernetesVersion``), KubeletIdentityDrift (the Node's kubelet identity label is not
+        KUBELET_IDENTITY_CLIENT_ID), ImageDrift (the VM's image is not among ``status.images``; without
+        status images: not the newest version of its image definition, or of another family)."""
+        from ...disruption.drift import nodeclass_hash
+
+        if nodeclass is None:
+            return None
+        ann = (nodeclaim.get("metadata") or {}).get("annotations") or {}
+        nc_ann = (nodeclass.get("metadata") or {}).get("annotations") or {}
+        if ann.get(NODECLASS_HASH_VERSION_ANNOTATION) == nc_ann.get(NODECLASS_HASH_VERSION_ANNOTATION) == \
+                NODECLASS_HASH_VERSION and ann.get(NODECLASS_HASH_ANNOTATION) not in (None, nodeclass_hash(nodeclass)):
+            return "NodeClassDrift"
+        ncstatus = nodeclass.get("status") or {}
+        node_name = (nodeclaim.get("status") or {}).get("nodeName") or ""
+        node = self.lookup("Node", node_name) if node_name else None
+        want = ncstatus.get("kubernetesVersion") or ""
+        k8s_ready = any(c.get("type") == "KubernetesVersionReady" and c.get("status") == "True"
+                        for c in ncstatus.get("conditions") or ())
+        if node is not None and want and k8s_ready:
+            have = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion") or "").lstrip("v")
+            if have and have != want:
+                return "K8sVersionDrift"
+        if node is not None and self.s.kubelet_identity_client_id:
+            label = ((node.get("metadata") or {}).get("labels") or {}).get("kubernetes.azure.com/kubelet-identity-client-id")
+            if label and label != self.s.kubelet_identity_client_id:
+                return "KubeletIdentityDrift"
         image = (nodeclaim.get("status") or {}).get("imageID") or ""
+        if not image:
+            return None
+        images = {i.get("id", "").lower() for i in ncstatus.get("images") or ()}
+        if images:
+            return "ImageDrift" if image.lower() not in images else None
         m = re.match(r"(?i)^/CommunityGalleries/([^/]+)/images/([^/]+)/versions/[^/]+$", image)
         if m is None:
             return None
-        family = ((nodeclass or {}).get("spec") or {}).get("imageFamily") or "Ubuntu"
-        gallery, defs = image_definitions(family, self._k8s_minor())
+        family = (nodeclass.get("spec") or {}).get("imageFamily") or "Ubuntu"
+        gallery, defs = image_definitions(family, self._k8s_minor(nodeclass))
         if m.group(1) != gallery or m.group(2) not in defs.values():
             return "ImageDrift"  # the image family (or its Kubernetes-version default) changed
         try:
