@@ -82,7 +82,9 @@ def diverse_documents(n: int) -> list[dict]:
         },
     }
     pods = [p.manifest for p in make_diverse_pods(n)]
-    return [KWOK_NODECLASS, nodepool, *pods]
+    scenario = {"apiVersion": "karpy.dev/v1alpha1", "kind": "Scenario", "metadata": {"name": "diverse"},
+                "spec": {"settings": {"featureGates": dict(GATES)}}}
+    return [KWOK_NODECLASS, nodepool, *pods, *([scenario] if GATES else [])]
 
 
 WIDE_CPU = ["240m", "450m", "650m", "900m", "1400m", "1900m", "2400m", "2800m", "3300m", "3700m",
@@ -203,12 +205,13 @@ def _qty(s: str) -> Fraction:
     return Fraction(s)
 
 
-def kwok_types_wide() -> list[tuple[Fraction, Fraction, Fraction, Fraction]]:
-    """Allowed kwok types for the wide NodePool: linux, on-demand, instance-size < 32."""
+def kwok_types_wide(lt: int | None = int(WIDE_LT)) -> list[tuple[Fraction, Fraction, Fraction, Fraction]]:
+    """Allowed kwok types for the wide NodePool: linux, on-demand, instance-size < 32 (lt None: any size, the
+    diverse NodePool)."""
     data = json.loads((ROOT / "karpy" / "cloudprovider" / "data" / "kwok.json").read_text())
     out = []
     for size in data["sizes"]:
-        if size["os"] != "linux" or size["vcpu"] >= int(WIDE_LT):
+        if size["os"] != "linux" or (lt is not None and size["vcpu"] >= lt):
             continue
         prices = [o["price"] for o in size["offerings"] if o["capacity_type"] == "on-demand" and o["available"]]
         if not prices:
@@ -228,8 +231,13 @@ def bench_diverse(n: int, workdir: Path) -> bool:
     bound = s["pods"]["bound"]
     bad = verify.replay_binds(out)
     ok = bound == n and nodes <= 1.05 * (n // 5) and not bad
+    lp = lp_bound(of(out, "Pod"), kwok_types_wide(None))
+    fg = s.get("featureGates")
+    upstream = (f"  upstream's decisions ${fg['costPerHourUpstream']}/h cost/LP "
+                f"{float(Fraction(fg['costPerHourUpstream']) / lp):.3f}" if fg and lp else "")
     print(f"diverse {n:>7} {secs:8.1f} s {rss:8.0f} MiB  (-o json {jsecs:.1f} s)  bound {bound}/{n}  nodes {nodes} (N/5 = {n // 5}, "
           f"x{nodes / max(1, n // 5):.3f})  inadmissible binds {len(bad)}  cost ${s['costPerHour']}/h  "
+          f"LP ${float(lp):.4f}/h  cost/LP {float(Fraction(s['costPerHour']) / lp):.3f}{upstream}  "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     for line in bad[:5]:
         print("   ", line)
@@ -276,7 +284,7 @@ def main(argv=None) -> int:
     ap.add_argument("workload", choices=["diverse", "wide", "all"])
     ap.add_argument("sizes", nargs="*", type=int, help="pods (diverse) or replicas per Deployment (wide)")
     ap.add_argument("--feature-gates", default="", metavar="NAME=true,...",
-                    help="karpy feature gates for the wide Scenario (with a karpy gate on, karpy simulate also runs "
+                    help="karpy feature gates for the Scenario (with a karpy gate on, karpy simulate also runs "
                          "upstream's decisions, and the line shows both costs)")
     args = ap.parse_args(argv)
     for part in filter(None, (x.strip() for x in args.feature_gates.split(","))):

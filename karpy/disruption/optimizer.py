@@ -70,6 +70,8 @@ def _types(snapshot: ClusterSnapshot) -> tuple[np.ndarray, np.ndarray]:
             if price < best.get(row, float("inf")):
                 best[row] = price
     rows = sorted(best)
+    # only types no other type beats (as large in every resource, no dearer) can be in a cheapest plan
+    rows = [r for r in rows if not any(o != r and best[o] <= best[r] and all(a >= b for a, b in zip(o, r)) for o in rows)]
     return np.array(rows, dtype=float).reshape(-1, len(RESOURCES)), np.array([best[r] for r in rows], dtype=float)
 
 
