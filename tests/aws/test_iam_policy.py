@@ -26,3 +26,20 @@ def test_the_policy_allows_every_call_the_code_makes():
             used.add(f"{svc}:{_pascal(method)}")
     assert len(used) > 15
     assert sorted(used - allowed) == []
+
+
+def test_calls_on_existing_resources_are_not_scoped_by_request_tags():
+    """Deleting a profile or tagging a running instance sends no tags: a RequestTag condition would deny it."""
+    statements = json.loads((ROOT / "iam" / "aws-controller-policy.json").read_text())["Statement"]
+
+    def allowed_without_request_tag(action: str) -> bool:
+        for s in statements:
+            actions = [s["Action"]] if isinstance(s["Action"], str) else s["Action"]
+            conds = json.dumps(s.get("Condition") or {})
+            if action in actions and "aws:RequestTag" not in conds:
+                return True
+        return False
+
+    for action in ("iam:DeleteInstanceProfile", "iam:RemoveRoleFromInstanceProfile", "iam:AddRoleToInstanceProfile",
+                   "ec2:CreateTags", "ec2:DeleteLaunchTemplate", "ec2:TerminateInstances"):
+        assert allowed_without_request_tag(action), action

@@ -7,8 +7,14 @@
 * :class:`InterruptionQueue`: a thread long-polling ``INTERRUPTION_QUEUE`` (SQS); spot interruption
   warnings, AWS Health scheduled changes and instance state changes (stopping, stopped, shutting-down,
   terminated) become interruption messages (the NodeClaim is deleted and replaced before the instance goes;
-  a spot interruption also marks its offering unavailable); rebalance recommendations are only counted.
-  Every message is deleted once handed over (unparseable ones too).
+  a spot interruption also marks its offering unavailable); a rebalance recommendation is an Event
+  (SpotRebalanceRecommendation) on the NodeClaim and its Node, and nothing else. Every message is deleted
+  once handed over (unparseable ones too); each is counted on /metrics with upstream's
+  ``karpenter_interruption_*`` names;
+* :class:`LaunchTemplateGC`, :class:`InstanceProfileGC`: launch templates unused for a minute, and instance
+  profiles of EC2NodeClasses that are gone, are deleted; the NodeClass's finalizer
+  (``karpenter.k8s.aws/termination``) deletes its own once no NodeClaim uses it;
+* :class:`TaggingController`: ``Name`` and ``karpenter.sh/nodeclaim`` on the instance once its Node registers.
 """
 
 from __future__ import annotations
@@ -20,8 +26,13 @@ from typing import Any
 
 from ...controllers.lifecycle import set_condition
 from ...runtime.events import ref
-from .nodeclass import CONDITIONS, NodeClassResolver, hash_annotations
-from .provider import EC2CloudProvider, instance_id_of
+from ..provider import NodeClaimNotFoundError
+from .clients import error_message
+from .nodeclass import CONDITIONS, FINALIZER, NodeClassResolver, hash_annotations
+from .provider import TAG_CLUSTER_NAME, TAG_NODECLAIM, EC2CloudProvider, instance_id_of
+
+TAGGED = "karpenter.k8s.aws/tagged"
+CLUSTER_NAME_TAGGED = "compatibility.karpenter.k8s.aws/cluster-name-tagged"
 
 REQUEUE = 60.0
 GC_AFTER = 30.0
@@ -31,16 +42,24 @@ class NodeClassController:
     name = "nodeclass.status"
     periodic = True
 
-    def __init__(self, mgr: Any, api: Any, resolver: NodeClassResolver, clock: Any, recorder: Any, log: Any):
+    def __init__(self, mgr: Any, api: Any, resolver: NodeClassResolver, clock: Any, recorder: Any, log: Any,
+                 provider: EC2CloudProvider | None = None, isolated_vpc: bool = False):
         self.mgr, self.api, self.resolver, self.clock, self.recorder, self.log = mgr, api, resolver, clock, recorder, log
+        self.provider, self.isolated_vpc = provider, isolated_vpc
 
     def setup(self, mgr: Any) -> None:
         mgr.watch("EC2NodeClass", lambda etype, obj, old: mgr.enqueue(self, obj["metadata"]["name"]))
 
     def reconcile(self, name: str) -> float | None:
         nc = self.mgr.get("EC2NodeClass", name)
-        if nc is None or nc["metadata"].get("deletionTimestamp"):
+        if nc is None:
             return None
+        if nc["metadata"].get("deletionTimestamp"):
+            return self.finalize(nc)
+        finalizers = list(nc["metadata"].get("finalizers") or ())
+        if FINALIZER not in finalizers:
+            self.api.patch("EC2NodeClass", name, {"metadata": {"finalizers": [*finalizers, FINALIZER],
+                                                               "resourceVersion": nc["metadata"].get("resourceVersion")}})
         res = self.resolver.resolve(nc)
         status = res.status
         now = self.clock.now()
@@ -62,6 +81,144 @@ class NodeClassController:
                 self.log.info("nodeclass ready", controller=self.name, EC2NodeClass={"name": name},
                               subnets=len(status.get("subnets") or ()), amis=[a["id"] for a in status.get("amis") or ()])
         return REQUEUE
+
+    def finalize(self, nc: dict) -> float | None:
+        """Upstream's termination: wait for the NodeClaims that use the NodeClass, then delete its instance
+        profiles and launch templates and let it go."""
+        name = nc["metadata"]["name"]
+        finalizers = list(nc["metadata"].get("finalizers") or ())
+        if FINALIZER not in finalizers:
+            return None
+        using = sorted(c["metadata"]["name"] for c in self.mgr.list("NodeClaim")
+                       if ((c.get("spec") or {}).get("nodeClassRef") or {}).get("name") == name
+                       and ((c.get("spec") or {}).get("nodeClassRef") or {}).get("kind", "EC2NodeClass") == "EC2NodeClass")
+        if using:
+            self.recorder.publish(ref(nc), "WaitingOnNodeClaimTermination",
+                                  f"Waiting on NodeClaim termination for {', '.join(using[:5])}"
+                                  + (f" and {len(using) - 5} other(s)" if len(using) > 5 else ""), "Normal", dedupe=300.0)
+            return 10.0
+        try:
+            if not (nc.get("spec") or {}).get("instanceProfile") and not self.isolated_vpc:
+                for prof in self.resolver.instance_profiles(nc["metadata"].get("uid", "")):
+                    self.resolver.delete_instance_profile(prof)
+                    self.log.info("deleted instance profile", controller=self.name, EC2NodeClass={"name": name},
+                                  **{"instance-profile": prof["InstanceProfileName"]})
+            if self.provider is not None:
+                for lt in self.provider.delete_launch_templates(name):
+                    self.log.info("deleted launch template", controller=self.name, EC2NodeClass={"name": name},
+                                  **{"launch-template": lt})
+        except Exception as e:  # noqa: BLE001 - an Event, a log line and another try
+            self.recorder.publish(ref(nc), "FailedCleanup", f"deleting the NodeClass's AWS resources: {error_message(e)}",
+                                  "Warning", dedupe=300.0)
+            self.log.error("failed cleaning up nodeclass", controller=self.name, EC2NodeClass={"name": name},
+                           error=error_message(e))
+            return 30.0
+        self.api.patch("EC2NodeClass", name, {"metadata": {
+            "finalizers": [f for f in finalizers if f != FINALIZER],
+            "resourceVersion": nc["metadata"].get("resourceVersion")}})
+        return None
+
+
+class LaunchTemplateGC:
+    """Launch templates karpy made for this cluster that no launch used for a minute are deleted (upstream's
+    launch-template cache eviction). The first pass learns the templates that already exist (a restart)."""
+
+    name = "launchtemplate.garbagecollection"
+    periodic = True
+
+    def __init__(self, mgr: Any, provider: EC2CloudProvider, log: Any, every: float = 60.0):
+        self.mgr, self.provider, self.log, self.every = mgr, provider, log, every
+        self.hydrated = False
+
+    def setup(self, mgr: Any) -> None:
+        mgr.requeue_after(self, "", 0.0)
+
+    def reconcile(self, key: Any) -> float | None:
+        if not self.hydrated:
+            n = self.provider.hydrate_launch_templates()
+            self.hydrated = True
+            self.log.debug("hydrated launch template cache", controller=self.name, count=n)
+            return self.every
+        for lt in self.provider.collect_launch_templates():
+            self.log.info("deleted launch template", controller=self.name, **{"launch-template": lt})
+        return self.every
+
+
+class InstanceProfileGC:
+    """Instance profiles karpy made in this cluster whose EC2NodeClass no longer exists are deleted (the
+    NodeClass went while karpy was not running, or its cleanup failed)."""
+
+    name = "instanceprofile.garbagecollection"
+    periodic = True
+
+    def __init__(self, mgr: Any, resolver: NodeClassResolver, log: Any, every: float = 600.0):
+        self.mgr, self.resolver, self.log, self.every = mgr, resolver, log, every
+
+    def setup(self, mgr: Any) -> None:
+        mgr.requeue_after(self, "", 30.0)
+
+    def reconcile(self, key: Any) -> float | None:
+        live = {nc["metadata"].get("uid") for nc in self.mgr.list("EC2NodeClass")}
+        for prof in self.resolver.instance_profiles():
+            uid = prof.get("Path", "").rstrip("/").rsplit("/", 1)[-1]
+            if not uid or uid in live:
+                continue
+            try:
+                self.resolver.delete_instance_profile(prof)
+            except Exception as e:  # noqa: BLE001 - next pass
+                self.log.error("failed deleting instance profile", controller=self.name,
+                               **{"instance-profile": prof["InstanceProfileName"]}, error=error_message(e))
+                continue
+            self.log.info("deleted instance profile", controller=self.name,
+                          **{"instance-profile": prof["InstanceProfileName"]})
+        return self.every
+
+
+class TaggingController:
+    """Once a NodeClaim's Node has registered, its instance gets ``Name=<node name>``,
+    ``karpenter.sh/nodeclaim=<nodeclaim>`` and ``eks:eks-cluster-name`` (only the tags it lacks), and the
+    NodeClaim is annotated ``karpenter.k8s.aws/tagged: "true"`` so it is done once (upstream's tagging)."""
+
+    name = "nodeclaim.tagging"
+
+    def __init__(self, mgr: Any, api: Any, provider: EC2CloudProvider, cluster_name: str, log: Any, pause: float = 1.0):
+        self.mgr, self.api, self.provider, self.cluster, self.log, self.pause = mgr, api, provider, cluster_name, log, pause
+        self.next_call = 0.0  # CreateTags shares its rate limit with CreateFleet: at most one a second
+
+    def setup(self, mgr: Any) -> None:
+        def on_claim(etype: str, obj: dict, old: dict | None) -> None:
+            if etype != "DELETED" and _taggable(obj):
+                mgr.enqueue(self, obj["metadata"]["name"])
+        mgr.watch("NodeClaim", on_claim)
+
+    def reconcile(self, name: str) -> float | None:
+        claim = self.mgr.get("NodeClaim", name)
+        if claim is None or not _taggable(claim) or not self.provider.serves((claim.get("spec") or {}).get("nodeClassRef")):
+            return None
+        st = claim["status"]
+        wait = self.next_call - time.monotonic()
+        if wait > 0:
+            return wait
+        try:
+            added = self.provider.create_tags(st["providerID"], {"Name": st["nodeName"], TAG_NODECLAIM: name,
+                                                                 TAG_CLUSTER_NAME: self.cluster})
+        except NodeClaimNotFoundError:
+            return None
+        if added:
+            self.log.debug("tagged instance", controller=self.name, NodeClaim={"name": name},
+                           **{"provider-id": st["providerID"]}, tags=sorted(added))
+        if added:
+            self.next_call = time.monotonic() + self.pause
+        self.api.patch("NodeClaim", name, {"metadata": {"annotations": {TAGGED: "true", CLUSTER_NAME_TAGGED: "true"}}})
+        return None
+
+
+def _taggable(claim: dict) -> bool:
+    meta = claim.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    st = claim.get("status") or {}
+    return not (ann.get(TAGGED) == "true" and ann.get(CLUSTER_NAME_TAGGED) == "true") and bool(st.get("nodeName")) \
+        and bool(st.get("providerID")) and not meta.get("deletionTimestamp")
 
 
 class InstanceGC:
@@ -105,6 +262,14 @@ class InstanceGC:
         return 10.0 if self.passes < 20 else 120.0
 
 
+def _queued_for(m: dict) -> float | None:
+    """Seconds the message waited in the queue (from SQS's SentTimestamp, in milliseconds)."""
+    try:
+        return max(0.0, time.time() - int((m.get("Attributes") or {})["SentTimestamp"]) / 1000.0)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def parse_message(body: str) -> tuple[str, list[str], dict] | None:
     """An EventBridge envelope -> (kind, instance ids, detail); None for what karpy does not act on."""
     try:
@@ -134,9 +299,10 @@ def parse_message(body: str) -> tuple[str, list[str], dict] | None:
 class InterruptionQueue:
     """Long-polls the SQS queue on a thread and hands interruptions to the provider."""
 
-    def __init__(self, clients: Any, queue: str, provider: EC2CloudProvider, mgr: Any, log: Any, metrics: Any = None,
+    def __init__(self, clients: Any, queue: str, provider: EC2CloudProvider, mgr: Any, log: Any, recorder: Any = None,
                  wait_seconds: int = 20):
         self.c, self.queue, self.provider, self.mgr, self.log = clients, queue, provider, mgr, log
+        self.recorder = recorder
         self.wait_seconds = wait_seconds
         self.stop_event = threading.Event()
         self.url: str | None = None
@@ -170,12 +336,34 @@ class InterruptionQueue:
             parsed = parse_message(m.get("Body", ""))
             kind = parsed[0] if parsed else "no_op"
             self.counts[kind] = self.counts.get(kind, 0) + 1
-            if parsed is not None and kind != "rebalance_recommendation":
+            # karpy controller's /metrics counts these records (karpenter_interruption_*)
+            self.log.debug("received interruption queue message", controller="interruption", message_type=kind,
+                           unlogged={"queue_seconds": _queued_for(m)})
+            if kind == "rebalance_recommendation":
+                self.rebalance(parsed[1])  # type: ignore[index]
+            elif parsed is not None:
                 self.handle(*parsed)
-            elif parsed is None:
+            else:
                 self.log.info("ignoring interruption message", controller="interruption", body=m.get("Body", "")[:200])
             self.c.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+            self.log.debug("deleted interruption queue message", controller="interruption", message_type=kind)
         return len(msgs)
+
+    def rebalance(self, ids: list[str]) -> None:
+        """A rebalance recommendation is an Event on the NodeClaim and its Node, nothing more (as upstream)."""
+        if self.recorder is None:
+            return
+        claims = {instance_id_of((c.get("status") or {}).get("providerID") or ""): c for c in self.mgr.list("NodeClaim")}
+        for iid in ids:
+            claim = claims.get(iid)
+            if claim is None:
+                continue
+            node = self.mgr.get("Node", (claim.get("status") or {}).get("nodeName") or "") if \
+                (claim.get("status") or {}).get("nodeName") else None
+            for obj in (claim, node):
+                if obj is not None:
+                    self.recorder.publish(ref(obj), "SpotRebalanceRecommendation",
+                                          "Spot rebalance recommendation was triggered", "Normal", dedupe=300.0)
 
     def handle(self, kind: str, ids: list[str], detail: dict) -> None:
         claims = {instance_id_of((c.get("status") or {}).get("providerID") or ""): c for c in self.mgr.list("NodeClaim")}
@@ -236,10 +424,14 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
     provider = EC2CloudProvider(clients, aws, its, lambda kind, name: mgr.get(kind, name), cluster, recorder=recorder, log=log)
     resolver = NodeClassResolver(clients, aws.cluster_name, lambda: cluster()["version"], ssm_root,
                                  lambda: cluster()["cidr"])
-    controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log), InstanceGC(mgr, api, provider, log)]
+    controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
+                   InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
+                   TaggingController(mgr, api, provider, aws.cluster_name, log)]
+    if not aws.isolated_vpc:  # as upstream: no IAM instance-profile garbage collection in an isolated VPC
+        controllers.append(InstanceProfileGC(mgr, resolver, log))
     workers = []
     if aws.interruption_queue:
-        workers.append(InterruptionQueue(clients, aws.interruption_queue, provider, mgr, log,
+        workers.append(InterruptionQueue(clients, aws.interruption_queue, provider, mgr, log, recorder,
                                          wait_seconds=int(os.environ.get("KARPY_AWS_SQS_WAIT", "20"))))
     log.info("discovered region", controller="cloudprovider", region=clients.region,
              instanceTypes=len(its.infos), prices=its.on_demand_source)

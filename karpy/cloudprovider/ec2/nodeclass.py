@@ -220,6 +220,25 @@ class NodeClassResolver:
         iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role.split("/")[-1])
         return name
 
+    def instance_profiles(self, uid: str = "") -> list[dict]:
+        """The instance profiles karpy made in this cluster (of one NodeClass when ``uid`` is given)."""
+        prefix = profile_path(self.c.region, self.cluster, uid) if uid else f"/karpenter/{self.c.region}/{self.cluster}/"
+        out: list[dict] = []
+        for page in self.c.iam.get_paginator("list_instance_profiles").paginate(PathPrefix=prefix):
+            out.extend(page.get("InstanceProfiles") or ())
+        return out
+
+    def delete_instance_profile(self, prof: dict) -> None:
+        """Detach its roles and delete it (already gone is fine)."""
+        name = prof["InstanceProfileName"]
+        try:
+            for r in prof.get("Roles") or ():
+                self.c.iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=r["RoleName"])
+            self.c.iam.delete_instance_profile(InstanceProfileName=name)
+        except Exception as e:  # noqa: BLE001
+            if not is_not_found(e):
+                raise
+
     # --- the pass ---------------------------------------------------------------------------------
     def resolve(self, nc: dict) -> Resolution:
         status = dict(nc.get("status") or {})
