@@ -82,6 +82,7 @@ class Informer:
         self.known: dict[tuple[str, str], dict] = {}
         self.resource_version: str | None = None
         self.synced = False
+        self.served = True  # False while the kind's list answers 404
         self.lists = 0  # how many times the kind was listed (1 + relists)
         self.watches = 0
         self._stop = threading.Event()
@@ -91,7 +92,17 @@ class Informer:
 
     # --- one step at a time (the thread runs these; tests may call them directly) -------------------
     def relist(self) -> None:
-        items, rv = self.api.list(self.kind)
+        try:
+            items, rv = self.api.list(self.kind)
+        except E.NotFound:
+            # the kind is not served (its CRD is not installed, such as EC2NodeClass on a cluster that has only
+            # upstream's kwok CRDs): none of it exists, and :meth:`run` lists it again now and then
+            if self.served and self.log is not None:
+                self.log("kind not served, treating it as empty", kind=self.kind)
+            self.served = False
+            items, rv = [], ""
+        else:
+            self.served = True
         events, self.known = diff(self.kind, self.known, items)
         self.resource_version = rv or None
         self.lists += 1
@@ -169,6 +180,9 @@ class Informer:
             try:
                 if self.resource_version is None:
                     self.relist()
+                if not self.served:
+                    self._stop.wait(self.backoff_cap)
+                    continue
                 self.watch_once()
             except Exception as e:  # noqa: BLE001 - API errors, connection errors: back off and go on
                 self._failures += 1

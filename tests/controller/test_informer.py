@@ -180,3 +180,42 @@ def test_informers_signal_synced_once_every_kind_listed():
         assert synced.wait(5) and infs.synced
     finally:
         infs.stop()
+
+
+def test_a_kind_not_served_counts_as_empty_and_is_picked_up_once_its_crd_is_installed():
+    """karpy's kwok provider on a cluster with only upstream's kwok CRDs: EC2NodeClass answers 404, which must
+    not hold the controller unsynced forever; once the CRD is installed its objects arrive."""
+
+    class NotServedYet(FakeSource):
+        def __init__(self):
+            super().__init__()
+            self.served = threading.Event()
+
+        def list(self, kind, **kw):
+            if not self.served.is_set():
+                raise E.NotFound("404 page not found")
+            return [claim("a", 5)], "5"
+
+        def watch(self, kind, resource_version=None, **kw):
+            return FakeWatch([], done_after=False)
+
+    src = NotServedYet()
+    got, deliver = collect()
+    logged = []
+    synced = threading.Event()
+    inf = Informer(src, "NodeClaim", deliver, on_synced=synced.set, backoff_cap=0.05,
+                   log=lambda msg, **kw: logged.append((msg, kw.get("kind"))))
+    inf.start()
+    try:
+        assert synced.wait(5) and got == [] and not inf.served
+        assert logged == [("kind not served, treating it as empty", "NodeClaim")]  # once, not at every retry
+        src.served.set()
+        deadline = threading.Event()
+        for _ in range(100):
+            if got:
+                break
+            deadline.wait(0.05)
+        assert got == [("ADDED", "a")] and inf.served
+    finally:
+        inf.stop()
+        inf.join(2)
