@@ -84,7 +84,7 @@ def world(fake, env):
     version = {"v": "1.33.2"}
     p = AzureVMProvider(clients, s, types, store.get, lambda: {"ca": "Q0EgUEVN", "version": version["v"]},
                         now=clock, poll_interval=0)
-    ctrl = NodeClassController(store, store, p, lambda: version["v"], clock, store, store, system_namespace="")
+    ctrl = NodeClassController(store, store, p, lambda: version["v"], clock, store, store)
     store.add({"kind": "AKSNodeClass", "metadata": {"name": "default", "generation": 1},
                "spec": {"imageFamily": "Ubuntu2204"}})
     yield store, ctrl, p, version, clock
@@ -128,19 +128,11 @@ def test_launch_uses_the_status_image_for_the_size(world, fake):
     assert p.image_id(nodeclass(store), it) == f"{GALLERY}/2204gen2arm64containerd/versions/202506.01.0"
 
 
-def test_images_keep_their_versions_outside_the_maintenance_window_and_move_on_an_upgrade(world, fake):
+def test_a_kubernetes_upgrade_moves_images_and_is_never_undone(world, fake):
     store, ctrl, p, version, clock = world
-    ctrl.system_namespace = "kube-system"
-    store.add({"kind": "ConfigMap", "metadata": {"name": "upcoming-maintenance-window", "namespace": "kube-system"},
-               "data": {"aksManagedNodeOSUpgradeSchedule-start": "2099-01-01T00:00:00Z",
-                        "aksManagedNodeOSUpgradeSchedule-end": "2099-01-01T04:00:00Z"}})
     ctrl.reconcile("default")
     fake.publish_image(CIG_UBUNTU, "2204gen2arm64containerd", "202507.01.0", "2025-07-02T00:00:00Z")
-    clock.t += 600  # past the image cache
-    ctrl.reconcile("default")
-    arm = nodeclass(store)["status"]["images"][2]["id"]
-    assert arm.endswith("/versions/202506.01.0")  # the window is closed: kept
-    version["v"] = "1.34.1"  # the cluster is upgraded: Ubuntu2204 stays, its images move to the newest
+    version["v"] = "1.34.1"  # the cluster is upgraded: Ubuntu2204 stays, its images move to the newest at once
     ctrl.reconcile("default")
     st = nodeclass(store)["status"]
     assert st["kubernetesVersion"] == "1.34.1" and st["images"][2]["id"].endswith("/versions/202507.01.0")
@@ -148,6 +140,7 @@ def test_images_keep_their_versions_outside_the_maintenance_window_and_move_on_a
     version["v"] = "1.33.9"  # never downgraded
     ctrl.reconcile("default")
     assert nodeclass(store)["status"]["kubernetesVersion"] == "1.34.1"
+    assert any(m == "kubernetes upgrade detected" for _, m, _ in store.logs)
 
 
 def test_unready_conditions_carry_upstreams_reasons_an_event_and_a_log_line(world, fake):

@@ -9,10 +9,10 @@ AKSNodeClass, every 5 minutes and on every change:
 * ``status.images``: one per image definition of the ``imageFamily`` (Ubuntu resolves to Ubuntu2404 from
   Kubernetes 1.34, AzureLinux to AzureLinux3 from 1.32), the newest community gallery version of each, with
   the requirements an instance type must meet (``kubernetes.io/arch`` and
-  ``karpenter.azure.com/sku-hyperv-generation``). Versions move to the newest only while ``ImagesReady`` is not
-  True or the node OS maintenance window is open (ConfigMap ``upcoming-maintenance-window`` in
-  ``SYSTEM_NAMESPACE``, keys ``aksManagedNodeOSUpgradeSchedule-start``/``-end``; no namespace, no ConfigMap or
-  no keys: open); otherwise only new definitions are added. ``ImagesReady=False`` with ``ImagesNotFound``,
+  ``karpenter.azure.com/sku-hyperv-generation``). Versions follow the newest, as upstream's do when there is no
+  node OS maintenance window: the ConfigMap ``upcoming-maintenance-window`` that AKS writes for its managed node
+  autoprovisioning is not read (a self-hosted cluster has none, and karpy's roles grant no ConfigMap read).
+  ``ImagesReady=False`` with ``ImagesNotFound``,
   ``SIGRequiredForFIPS`` (FIPS needs the AKS shared image gallery, which self-hosted karpy cannot read), or the
   ARM error code when the gallery cannot be read (``AuthorizationFailed`` for a missing role);
 * ``SubnetsReady`` from a GET of the subnet (``SubnetIDInvalid``, ``SubnetNotFound``, ``SubnetUnknownError``),
@@ -27,8 +27,6 @@ A condition that turns False is reported as a Warning Event on the AKSNodeClass 
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import re
 from typing import Any, Callable
 
@@ -44,8 +42,6 @@ HASH_VERSION = "karpy-v1"
 LABEL_HYPERV = "karpenter.azure.com/sku-hyperv-generation"
 CONDITIONS = ("ImagesReady", "KubernetesVersionReady", "SubnetsReady", "ValidationSucceeded", "LocalDNSReady")
 REQUEUE = 300.0
-MAINTENANCE_CONFIGMAP = "upcoming-maintenance-window"
-MAINTENANCE_CHANNEL = "aksManagedNodeOSUpgradeSchedule"
 _SUBNET = re.compile(r"(?i)^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Microsoft\.Network/"
                      r"virtualNetworks/([^/]+)/subnets/([^/]+)$")
 
@@ -71,20 +67,14 @@ def image_requirements(arch: str, gen: str) -> list[dict]:
             {"key": LABEL_HYPERV, "operator": "In", "values": [gen]}]
 
 
-def _base(image_id: str) -> str:
-    return image_id.rsplit("/", 2)[0].lower()
-
-
 class NodeClassController:
     name = "nodeclass.status"
     periodic = True
 
     def __init__(self, mgr: Any, api: Any, provider: Any, server_version: Callable[[], str], clock: Any,
-                 recorder: Any, log: Any, system_namespace: str | None = None):
+                 recorder: Any, log: Any):
         self.mgr, self.api, self.provider, self.server_version = mgr, api, provider, server_version
         self.clock, self.recorder, self.log = clock, recorder, log
-        self.system_namespace = (os.environ.get("SYSTEM_NAMESPACE", "") if system_namespace is None
-                                 else system_namespace).strip()
 
     def setup(self, mgr: Any) -> None:
         mgr.watch("AKSNodeClass", lambda etype, obj, old: mgr.enqueue(self, obj["metadata"]["name"]))
@@ -180,23 +170,6 @@ class NodeClassController:
         return "True", "KubernetesVersionReady", ""
 
     # --- images -----------------------------------------------------------------------------------
-    def _window_open(self) -> bool:
-        if not self.system_namespace:
-            return True
-        try:
-            cm = self.api.get("ConfigMap", MAINTENANCE_CONFIGMAP, self.system_namespace)
-        except E.NotFound:
-            return True
-        data = (cm or {}).get("data") or {}
-        start, end = data.get(f"{MAINTENANCE_CHANNEL}-start") or "", data.get(f"{MAINTENANCE_CHANNEL}-end") or ""
-        if not start and not end:
-            return True
-        if not start or not end:
-            raise ValueError(f"incomplete maintenance window data for channel {MAINTENANCE_CHANNEL}")
-        s = dt.datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
-        e = dt.datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp()
-        return s < self.clock.now() < e
-
     def _images(self, nc: dict, status: dict, now: float) -> tuple[str, str, str]:
         spec = nc.get("spec") or {}
         if spec.get("fipsMode") == "FIPS":
@@ -206,20 +179,17 @@ class NodeClassController:
         version = status.get("kubernetesVersion") or ""
         minor = _semver(version)[1] if len(_semver(version)) > 1 else self.provider._k8s_minor()
         goal = []
+        fresh = not any(c.get("type") == "ImagesReady" and c.get("status") == "True"  # new, or an upgrade
+                        for c in status.get("conditions") or ())
         try:
             for gallery, definition, arch, gen in family_images(spec.get("imageFamily") or "Ubuntu", minor):
                 try:
-                    ident = self.provider._latest_image(gallery, definition)
+                    ident = self.provider._latest_image(gallery, definition, fresh=fresh)
                 except Exception as e:  # noqa: BLE001
                     if is_not_found(e) or getattr(e, "reason", "") == "ImageNotFound":
                         continue  # a definition the gallery does not have (yet): the others still serve
                     raise
                 goal.append({"id": ident, "requirements": image_requirements(arch, gen)})
-            ready = any(c.get("type") == "ImagesReady" and c.get("status") == "True"
-                        for c in status.get("conditions") or ())
-            if ready and not self._window_open():
-                existing = {_base(i["id"]): i for i in status.get("images") or ()}
-                goal = [existing.get(_base(i["id"]), i) for i in goal]
         except Exception as e:  # noqa: BLE001 - Azure refused or is unreachable: keep the images known
             code = error_code(e) or type(e).__name__
             if status.get("images"):

@@ -194,9 +194,9 @@ class AzureVMProvider:
             raise LaunchError("ImageNotFound", f"no {family} image for {it.name} ({arch}, {','.join(gens)})")
         return self._latest_image(gallery, definition)
 
-    def _latest_image(self, gallery: str, definition: str) -> str:
+    def _latest_image(self, gallery: str, definition: str, fresh: bool = False) -> str:
         hit = self._images.get((gallery, definition))
-        if hit is not None and self.now() - hit[0] < IMAGE_TTL:
+        if hit is not None and not fresh and self.now() - hit[0] < IMAGE_TTL:
             return hit[1]
         versions = list(self.c.compute.community_gallery_image_versions.list(self.s.location, gallery, definition))
         if not versions:
