@@ -21,7 +21,7 @@ def _ray():
 
 
 def _run(base: list[dict], changed: dict[int, dict], opts: Options, full: bool) -> dict:
-    from .sweep import task
+    from .task import task
 
     return task(base, changed, opts, full)
 

@@ -17,8 +17,9 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from .run import InputError, Options, metrics, simulate
-from .variants import Variant, documents
+from .run import InputError, Options
+from .task import task
+from .variants import Variant
 
 COLUMNS = ("costPerHour", "costPerHourAverage", "nodeClaims", "nodeClaimsLaunched", "podsPending", "disruptions",
            "podsEvicted")
@@ -26,12 +27,6 @@ MIX_COLUMNS = ("instanceTypes", "capacityTypes", "architectures", "disruptionsBy
 
 
 # --- running the jobs ------------------------------------------------------------------------------------------
-
-def task(base: list[dict], changed: dict[int, dict], opts: Options, full: bool) -> dict:
-    """One variant: the SimulationSummary's status (``full``) or the row's metrics."""
-    status = simulate(documents(base, changed), opts)
-    return status if full else metrics(status)
-
 
 _BASE: list[dict] = []
 
