@@ -232,9 +232,7 @@ def bench_diverse(n: int, workdir: Path) -> bool:
     bad = verify.replay_binds(out)
     ok = bound == n and nodes <= 1.05 * (n // 5) and not bad
     lp = lp_bound(of(out, "Pod"), kwok_types_wide(None))
-    fg = s.get("featureGates")
-    upstream = (f"  upstream's decisions ${fg['costPerHourUpstream']}/h cost/LP "
-                f"{float(Fraction(fg['costPerHourUpstream']) / lp):.3f}" if fg and lp else "")
+    upstream = _upstream(s, lp)
     print(f"diverse {n:>7} {secs:8.1f} s {rss:8.0f} MiB  (-o json {jsecs:.1f} s)  bound {bound}/{n}  nodes {nodes} (N/5 = {n // 5}, "
           f"x{nodes / max(1, n // 5):.3f})  inadmissible binds {len(bad)}  cost ${s['costPerHour']}/h  "
           f"LP ${float(lp):.4f}/h  cost/LP {float(Fraction(s['costPerHour']) / lp):.3f}{upstream}  "
@@ -255,13 +253,19 @@ def bench_wide(replicas: int, workdir: Path) -> bool:
     cost = Fraction(s["costPerHour"])
     ratio = float(cost / lp) if lp else float("inf")
     ok = bound == len(pods) == s["pods"]["total"] and ratio <= 1.15
-    fg = s.get("featureGates")
-    upstream = (f"  upstream's decisions ${fg['costPerHourUpstream']}/h cost/LP "
-                f"{float(Fraction(fg['costPerHourUpstream']) / lp):.3f}" if fg and lp else "")
+    upstream = _upstream(s, lp)
     print(f"wide {replicas:>4}x30 {secs:8.1f} s {rss:8.0f} MiB  (-o json {jsecs:.1f} s)  pods {len(pods)} bound {bound}  nodes peak {peak} "
           f"end {len(live)}  cost ${s['costPerHour']}/h  LP ${float(lp):.4f}/h  cost/LP {ratio:.3f}  "
           f"disruptions {len(s.get('disruptions') or [])}{upstream}  {'PASS' if ok else 'FAIL'}", flush=True)
     return ok
+
+
+def _upstream(s: dict, lp: Fraction) -> str:
+    """With a karpy gate on: upstream's cost (karpy simulate's baseline run) over the same LP bound."""
+    fg = s.get("featureGates")
+    if not fg or not lp:
+        return ""
+    return f"  upstream's decisions ${fg['costPerHourUpstream']}/h cost/LP {float(Fraction(fg['costPerHourUpstream']) / lp):.3f}"
 
 
 def _peak_nodes(claims: list[dict]) -> int:
