@@ -118,14 +118,22 @@ def test_graviton_instances_launch_join_scale_to_zero_and_spot_interruption(stac
         assert nc["metadata"]["annotations"]["karpenter.k8s.aws/ec2nodeclass-hash-version"] == "karpy-v1"
         apply_workload(api)
         wait_for(lambda: pods_bound(api, "color") == 6, timeout=120, what="6 colorapp pods bound")
+        # once each Node registered, karpy's tagging controller names its instance after it and its NodeClaim
+        wait_for(lambda: all({"Name", "karpenter.sh/nodeclaim"} <= {t["Key"] for t in i["Tags"]}
+                             for i in account.instances())
+                 and all((c["metadata"].get("annotations") or {}).get("karpenter.k8s.aws/tagged") == "true"
+                         for c in api.list("NodeClaim")[0]), timeout=60, what="the instances tagged with their Node")
         instances = account.instances()
         assert instances and all(i["InstanceType"].split(".")[0] in GRAVITON for i in instances)
+        claims = api.list("NodeClaim")[0]
+        by_pid = {c["status"]["providerID"]: c for c in claims}
         for i in instances:
             tags = {t["Key"]: t["Value"] for t in i["Tags"]}
             assert tags["karpenter.sh/nodepool"] == "graviton" and tags["eks:eks-cluster-name"] == "demo"
             assert tags["kubernetes.io/cluster/demo"] == "owned" and tags["karpenter.k8s.aws/ec2nodeclass"] == "default"
-            assert tags["karpenter.sh/nodeclaim"]
-        claims = api.list("NodeClaim")[0]
+            c = by_pid[f"aws:///{i['Placement']['AvailabilityZone']}/{i['InstanceId']}"]
+            assert tags["karpenter.sh/nodeclaim"] == c["metadata"]["name"] and tags["Name"] == c["status"]["nodeName"]
+            assert c["metadata"]["annotations"]["karpenter.k8s.aws/tagged"] == "true"
         assert {c["status"]["providerID"] for c in claims} == \
             {f"aws:///{i['Placement']['AvailabilityZone']}/{i['InstanceId']}" for i in instances}
         # a spot interruption warning for one instance: its NodeClaim is replaced before the instance goes
@@ -145,6 +153,19 @@ def test_graviton_instances_launch_join_scale_to_zero_and_spot_interruption(stac
         # scale to zero: every instance terminated
         api.patch("Deployment", "colorapp", {"spec": {"replicas": 0}}, "default")
         wait_for(lambda: not account.instances(), timeout=240, what="every instance terminated")
+        # the EC2NodeClass deleted: its finalizer deletes the instance profile and launch templates karpy made
+        assert account.iam.list_instance_profiles()["InstanceProfiles"]
+        api.delete("EC2NodeClass", "default")
+
+        def nodeclass_gone():
+            try:
+                api.get("EC2NodeClass", "default")
+                return False
+            except E.NotFound:
+                return True
+        wait_for(nodeclass_gone, timeout=120, what="the EC2NodeClass deleted")
+        assert account.iam.list_instance_profiles()["InstanceProfiles"] == []
+        assert account.ec2.describe_launch_templates()["LaunchTemplates"] == []
         assert ctl.stop() == 0
         assert "Traceback" not in ctl.err_path.read_text()
     except BaseException:
