@@ -8,7 +8,7 @@ import traceback
 
 import click
 
-from . import __version__
+from . import version
 
 
 def _fail_input(lines: list[str]) -> None:
@@ -18,7 +18,7 @@ def _fail_input(lines: list[str]) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="karpy")
+@click.version_option(version(), prog_name="karpy", message="%(prog)s %(version)s")
 def main() -> None:
     """karpy: Karpenter, the Kubernetes node autoprovisioner, in Python."""
 

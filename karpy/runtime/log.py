@@ -20,10 +20,12 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TextIO
 
 from .. import __version__
+from .._build import COMMIT as BUILD_COMMIT
 from ..timeutil import format_rfc3339
 
 LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40}
-COMMIT = __version__  # what karpy's lines carry as ``commit`` (upstream: the build's git commit)
+# what karpy's lines carry as ``commit``, as upstream's carry the build's git commit: the image's commit, if stamped
+COMMIT = BUILD_COMMIT or __version__
 BUFFER_BYTES = 8 * 1024 * 1024  # the lines karpy sandbox keeps for kubectl logs, at most
 
 
