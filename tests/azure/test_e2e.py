@@ -1,8 +1,9 @@
 """End to end: ``karpy sandbox --no-karpenter`` with the AKS workshop, the fake ARM, ``karpy controller
 --cloud-provider azure`` as a process, and a stand-in for the node bootstrap that registers a Node for each VM
 once Azure reports it Succeeded (its name, provider ID, labels and taints from the VM's custom data, and the
-capacity a kubelet reports: a Node without it takes no pod). The workshop's four pods bind to the two arm64
-nodes; scaled to zero, the nodes are consolidated away and their VMs and NICs deleted."""
+capacity a kubelet reports: a Node without it takes no pod). The AKSNodeClass turns Ready with its images;
+the workshop's four pods bind to the two arm64 nodes; a termination Azure schedules for one VM replaces its
+NodeClaim; scaled to zero, the nodes are consolidated away and their VMs and NICs deleted."""
 
 from __future__ import annotations
 
@@ -143,6 +144,24 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
             assert not [x for x in c["status"].get("conditions") or () if x["type"] == "Drifted"]
         per_node = sorted(sum(1 for p in bound(api) if p["spec"]["nodeName"] == n) for n in used)
         assert per_node == [1, 3]
+        # Azure schedules the termination of the VM holding one pod (node-problem-detector's condition): its
+        # NodeClaim is replaced before the VM goes, and the pod binds to a new node
+        lone = next(n for n in used if sum(1 for p in bound(api) if p["spec"]["nodeName"] == n) == 1)
+        node = api.get("Node", lone)
+        api.patch("Node", lone, {"status": {"conditions": [*node["status"]["conditions"], {
+            "type": "VMEventScheduled", "status": "True", "reason": "VMEventScheduled",
+            "message": "Terminate Scheduled: Tue, 01 Dec 2026 00:00:00 GMT. EventId: 602d9444-d2cd-49c7-8624-8643e7171297"}]}},
+            subresource="status")
+
+        def replaced():
+            names = {"aks-" + c["metadata"]["name"] for c in api.list("NodeClaim")[0]}
+            pods = bound(api)
+            return lone not in names and len(pods) == 4 and all(p["spec"]["nodeName"] != lone for p in pods)
+        wait_for(replaced, timeout=90, what="the terminating VM's NodeClaim replaced and its pod bound elsewhere")
+        wait_for(lambda: lone not in fake.vms, timeout=30, what="the terminating VM deleted")
+        assert any(r.get("message") == "vm interruption noticed" and r.get("kind") == "ScheduledTermination"
+                   for r in ctrl.logs())
+        claims = api.list("NodeClaim")[0]
         vms = [c["status"]["providerID"].rsplit("/", 1)[-1] for c in claims]
         # scaled to zero: the empty nodes are consolidated away, their VMs and NICs deleted in Azure
         api.patch("Deployment", "inflate", {"spec": {"replicas": 0}}, "workshop")

@@ -1,6 +1,8 @@
 """The Azure provider's own controllers, and how ``karpy controller --cloud-provider azure`` builds the provider.
 
-:class:`~.nodeclass.NodeClassController` keeps every AKSNodeClass's status, conditions and hash annotations.
+:class:`~.nodeclass.NodeClassController` keeps every AKSNodeClass's status, conditions and hash annotations;
+:class:`~.interruption.NodeConditionInterruption` turns spot evictions and scheduled terminations into
+interruptions.
 
 :class:`GarbageCollector` (upstream's instance and NIC garbage collection): every 2 minutes, VMs of this
 cluster that no NodeClaim claims and that are older than 5 minutes are deleted with their Node; every 5
@@ -14,6 +16,7 @@ import time
 from typing import Any
 
 from ...kube.times import parse_time
+from .interruption import NodeConditionInterruption
 from .nodeclass import NodeClassController
 from .provider import GC_GRACE, AzureVMProvider, vm_name
 
@@ -146,7 +149,8 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
     log.info("discovered instance types", controller="cloudprovider", count=len(types.infos), location=s.location,
              **{"provision-mode": s.provision_mode})
     status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)
-    return provider, [GarbageCollector(mgr, api, provider, log), status], [_Closer(provider)]
+    controllers = [GarbageCollector(mgr, api, provider, log), status, NodeConditionInterruption(provider, log)]
+    return provider, controllers, [_Closer(provider)]
 
 
 class _Closer:

@@ -644,6 +644,13 @@ class AzureVMProvider:
     def subscribe_interruptions(self, callback: Callable[[], None]) -> None:
         self._subscribers.append(callback)
 
+    def push_interruption(self, msg: dict) -> None:
+        """An eviction or scheduled termination noticed on a Node (:mod:`.interruption`)."""
+        with self.lock:
+            self._interruptions.append(msg)
+        for callback in list(self._subscribers):
+            callback()
+
     def interruption_messages(self) -> list[dict]:
         with self.lock:
             out, self._interruptions = self._interruptions, []
