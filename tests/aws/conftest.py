@@ -166,13 +166,16 @@ class FaultInjector:
     * ``ice(type, zone, capacity_type)``: CreateFleet returns that offering in ``Errors`` with
       InsufficientInstanceCapacity instead of launching it (and launches the cheapest remaining override,
       by Priority, as lowest-price does, where moto takes the first);
-    * ``spot_prices``: DescribeSpotPriceHistory answers these (type, zone) -> price records.
+    * ``spot_prices``: DescribeSpotPriceHistory answers these (type, zone) -> price records;
+    * ``capacity_reservations``: DescribeCapacityReservations (which moto lacks) answers these, filtered by
+      id, state and tags as EC2 filters them.
     """
 
     def __init__(self, *clients: Any):
         self.failures: dict[str, tuple[str, str, int]] = {}
         self.ice_pools: dict[tuple[str, str, str], str] = {}
         self.spot_prices: dict[tuple[str, str], float] | None = None
+        self.capacity_reservations: list[dict] | None = None
         self.calls: dict[str, list[dict]] = {}
         self._removed: list[dict] = []
         for c in clients:
@@ -206,6 +209,9 @@ class FaultInjector:
             from botocore.exceptions import ClientError
 
             raise ClientError({"Error": {"Code": code, "Message": message}}, model.name)
+        if model.name == "DescribeCapacityReservations" and self.capacity_reservations is not None:
+            asked = self.calls[model.name][-1]  # the caller's parameters (``params`` here is the HTTP request)
+            return AWSResponse(None, 200, {}, None), {"CapacityReservations": self._reservations(asked)}
         if model.name == "CreateFleet" and self._all_removed:
             self._all_removed = False
             errors, self._removed = self._errors(), []
@@ -213,6 +219,26 @@ class FaultInjector:
         return None
 
     _all_removed = False
+
+    def _reservations(self, params: dict) -> list[dict]:
+        out = []
+        for r in self.capacity_reservations or ():
+            tags = {t["Key"]: t["Value"] for t in r.get("Tags") or ()}
+            if params.get("CapacityReservationIds") and r["CapacityReservationId"] not in params["CapacityReservationIds"]:
+                continue
+            ok = True
+            for f in params.get("Filters") or ():
+                name, values = f["Name"], f["Values"]
+                have = {"state": r.get("State"), "owner-id": r.get("OwnerId"),
+                        "instance-match-criteria": r.get("InstanceMatchCriteria")}.get(name)
+                if name.startswith("tag:"):
+                    have = tags.get(name[4:])
+                elif name == "tag-key":
+                    have = next((k for k in tags if k in values), None)
+                ok = ok and have in values
+            if ok:
+                out.append(r)
+        return out
 
     def _fleet_params(self, params: dict, **_: Any) -> None:
         self._removed = []

@@ -34,7 +34,7 @@ def test_default_nodeclass_resolves_subnets_groups_amis_and_profile(account):
     assert {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"} in amis["ami-0a2023arm00000002"]["requirements"]
     assert {c: v[0] for c, v in res.conditions.items()} == {
         "AMIsReady": "True", "SubnetsReady": "True", "SecurityGroupsReady": "True", "InstanceProfileReady": "True",
-        "ValidationSucceeded": "True"}
+        "CapacityReservationsReady": "True", "ValidationSucceeded": "True"}
     # the instance profile was created under karpy's path, tagged, with the role
     prof = account.iam.get_instance_profile(InstanceProfileName=st["instanceProfile"])["InstanceProfile"]
     assert prof["Path"] == f"/karpenter/{REGION}/{CLUSTER}/1111-2222/"

@@ -424,6 +424,7 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
     provider = EC2CloudProvider(clients, aws, its, lambda kind, name: mgr.get(kind, name), cluster, recorder=recorder, log=log)
     resolver = NodeClassResolver(clients, aws.cluster_name, lambda: cluster()["version"], ssm_root,
                                  lambda: cluster()["cidr"])
+    provider.reservations = resolver.reservation_capacity  # the status pass counts, launches take places
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
                    TaggingController(mgr, api, provider, aws.cluster_name, log)]

@@ -29,7 +29,9 @@ HASH_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash"
 HASH_VERSION_ANNOTATION = "karpenter.k8s.aws/ec2nodeclass-hash-version"
 HASH_VERSION = "karpy-v1"
 FINALIZER = "karpenter.k8s.aws/termination"
-CONDITIONS = ("AMIsReady", "SubnetsReady", "SecurityGroupsReady", "InstanceProfileReady", "ValidationSucceeded")
+CONDITIONS = ("AMIsReady", "SubnetsReady", "SecurityGroupsReady", "InstanceProfileReady", "CapacityReservationsReady",
+              "ValidationSucceeded")
+EXPIRING_WITHIN = 40 * 60.0  # seconds before its end a reservation is "expiring" (no new launches)
 RESTRICTED_TAGS = (re.compile(r"^kubernetes\.io/cluster/[0-9A-Za-z][A-Za-z0-9\-_]*$"),
                    re.compile(r"^karpenter\.sh/nodepool$"), re.compile(r"^eks:eks-cluster-name$"),
                    re.compile(r"^karpenter\.k8s\.aws/ec2nodeclass$"), re.compile(r"^karpenter\.sh/nodeclaim$"))
@@ -119,6 +121,7 @@ class NodeClassResolver:
         self.k8s_version = k8s_version
         self.ssm_root = ssm_root
         self.cluster_cidr = cluster_cidr or (lambda: None)
+        self.reservation_capacity: dict[str, int] = {}  # capacity reservation id -> instances it can still take
 
     # --- each dependency --------------------------------------------------------------------------
     def subnets(self, nc: dict) -> list[dict]:
@@ -220,6 +223,48 @@ class NodeClassResolver:
         iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role.split("/")[-1])
         return name
 
+    def capacity_reservations(self, nc: dict) -> list[dict]:
+        """Active reservations the selector terms match (one query per id term, one per other term), as
+        upstream's status lists them; their free instance counts go to :attr:`reservation_capacity`."""
+        import datetime as dt
+
+        found: dict[str, dict] = {}
+        for term in _spec(nc).get("capacityReservationSelectorTerms") or []:
+            kw: dict[str, Any] = {"Filters": [{"Name": "state", "Values": ["active"]}]}
+            if term.get("id"):
+                kw["CapacityReservationIds"] = [term["id"]]
+            else:
+                if term.get("ownerID"):
+                    kw["Filters"].append({"Name": "owner-id", "Values": [term["ownerID"]]})
+                if term.get("instanceMatchCriteria"):
+                    kw["Filters"].append({"Name": "instance-match-criteria", "Values": [term["instanceMatchCriteria"]]})
+                for k, v in sorted((term.get("tags") or {}).items()):
+                    kw["Filters"].append({"Name": "tag-key", "Values": [k]} if v == "*" else
+                                         {"Name": f"tag:{k}", "Values": [str(v)]})
+            for page in self.c.ec2.get_paginator("describe_capacity_reservations").paginate(**kw):
+                for r in page.get("CapacityReservations") or ():
+                    found[r["CapacityReservationId"]] = r
+        now = dt.datetime.now(dt.timezone.utc)
+        out = []
+        for r in sorted(found.values(), key=lambda r: r["CapacityReservationId"]):
+            end = r.get("EndDate")
+            if isinstance(end, str):
+                end = dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
+            if end is not None and end <= now:
+                continue
+            expiring = end is not None and (end - now).total_seconds() <= EXPIRING_WITHIN
+            self.reservation_capacity[r["CapacityReservationId"]] = 0 if expiring else \
+                int(r.get("AvailableInstanceCount") or 0)
+            item = {"id": r["CapacityReservationId"], "instanceType": r.get("InstanceType", ""),
+                    "availabilityZone": r.get("AvailabilityZone", ""), "ownerID": r.get("OwnerId", ""),
+                    "instanceMatchCriteria": r.get("InstanceMatchCriteria", "open"),
+                    "reservationType": "capacity-block" if r.get("ReservationType") == "capacity-block" else "default",
+                    "state": "expiring" if expiring else "active"}
+            if end is not None:
+                item["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
+            out.append(item)
+        return out
+
     def instance_profiles(self, uid: str = "") -> list[dict]:
         """The instance profiles karpy made in this cluster (of one NodeClass when ``uid`` is given)."""
         prefix = profile_path(self.c.region, self.cluster, uid) if uid else f"/karpenter/{self.c.region}/{self.cluster}/"
@@ -271,6 +316,14 @@ class NodeClassResolver:
             status["securityGroups"] = sgs
             cond["SecurityGroupsReady"] = ("True", "SecurityGroupsReady", "") if sgs else \
                 ("False", "SecurityGroupsNotFound", "SecurityGroupSelector did not match any SecurityGroups")
+        if _spec(nc).get("capacityReservationSelectorTerms"):
+            crs = attempt("CapacityReservationsReady", lambda: self.capacity_reservations(nc))
+            if crs is not None:
+                status["capacityReservations"] = crs
+                cond["CapacityReservationsReady"] = ("True", "CapacityReservationsReady", "")
+        else:
+            status.pop("capacityReservations", None)
+            cond["CapacityReservationsReady"] = ("True", "CapacityReservationsReady", "")
         prof = attempt("InstanceProfileReady", lambda: self.instance_profile(nc, status.get("instanceProfile")))
         if prof is not None:
             status["instanceProfile"] = prof

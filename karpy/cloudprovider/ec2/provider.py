@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -114,6 +115,7 @@ class EC2CloudProvider:
         self._types_cache: dict[tuple, tuple[float, list[InstanceType]]] = {}
         self._types_lock = threading.Lock()
         self._lt_lock = threading.Lock()
+        self.reservations: dict[str, int] = {}  # capacity reservation id -> free instances (the NodeClass status pass)
         self.fleets = create_fleet_batcher(clients)
         self.describes = describe_instances_batcher(clients)
         self.terminations = terminate_instances_batcher(clients)
@@ -144,16 +146,41 @@ class EC2CloudProvider:
         self.types.refresh()
         nc = nodeclass or {}
         st = nc.get("status") or {}
-        key = (self.types.version, self.ice_key(),
-               digest([nc.get("spec"), st.get("amis"), st.get("subnets"), (nc.get("metadata") or {}).get("name")]))
+        crs = st.get("capacityReservations") or []
+        key = (self.types.version, self.ice_key(), tuple(sorted((r["id"], self.reservation_left(r["id"])) for r in crs)),
+               digest([nc.get("spec"), st.get("amis"), st.get("subnets"), crs, (nc.get("metadata") or {}).get("name")]))
         now = self.now()
         with self._types_lock:  # concurrent callers wait for one computation
             hit = self._types_cache.get(key)
             if hit is not None and now - hit[0] < TYPES_TTL:
                 return hit[1]
-            out = self.types.list(nodeclass, self.unavailable)
+            out = self._with_reservations(self.types.list(nodeclass, self.unavailable), crs)
             self._types_cache = {k: v for k, v in self._types_cache.items() if now - v[0] < TYPES_TTL}
             self._types_cache[key] = (now, out)
+        return out
+
+    def reservation_left(self, rid: str) -> int:
+        return self.reservations.get(rid, 0)
+
+    def _with_reservations(self, types: list[InstanceType], crs: list[dict]) -> list[InstanceType]:
+        """A ``reserved`` offering per selected capacity reservation (upstream: priced at the on-demand price
+        / 10,000,000, available while the reservation has room and is not expiring)."""
+        if not crs:
+            return types
+        by_type: dict[str, list[dict]] = {}
+        for r in crs:
+            by_type.setdefault(r["instanceType"], []).append(r)
+        out = []
+        for it in types:
+            rs = by_type.get(it.name)
+            if rs:
+                od = {o.zone: o for o in it.offerings if o.capacity_type == "on-demand"}
+                extra = [Offering(r["availabilityZone"], "reserved", od[r["availabilityZone"]].price / 10_000_000,
+                                  available=r.get("state") == "active" and self.reservation_left(r["id"]) > 0,
+                                  reservation_id=r["id"])
+                         for r in rs if r["availabilityZone"] in od]
+                it = dataclasses.replace(it, offerings=[*it.offerings, *extra])
+            out.append(it)
         return out
 
     def well_known_labels(self, nodepool: dict) -> frozenset[str]:
@@ -188,6 +215,7 @@ class EC2CloudProvider:
         names = names[:MAX_TYPES]
         cands = [c for c in cands if c.instance_type.name in names]
         ct = cands[0].offering.capacity_type
+        cands = [c for c in cands if c.offering.capacity_type == ct]  # one capacity type per fleet, as upstream
         status = nc.get("status") or {}
         subnet_by_zone: dict[str, dict] = {}
         for s in status.get("subnets") or ():  # ordered by free addresses: the first per zone
@@ -201,7 +229,7 @@ class EC2CloudProvider:
             ami = next((a for a in status.get("amis") or () if _matches(a.get("requirements") or [], it)), None)
             if subnet is None or ami is None:
                 continue
-            lt = self._ensure_launch_template(nc, ami["id"], it, labels_base, spec, tags)
+            lt = self._ensure_launch_template(nc, ami["id"], it, labels_base, spec, tags, o.reservation_id)
             configs.setdefault(lt, {"LaunchTemplateSpecification": {"LaunchTemplateName": lt, "Version": "$Latest"},
                                     "Overrides": []})["Overrides"].append(
                 {"InstanceType": it.name, "SubnetId": subnet["id"], "ImageId": ami["id"], "AvailabilityZone": o.zone,
@@ -237,6 +265,8 @@ class EC2CloudProvider:
         offering = next((c.offering for c in cands if c.instance_type.name == it.name and c.offering.zone == zone), cands[0].offering)
         with self.lock:
             self.launched[iid] = self.now()
+            if offering.reservation_id:  # one place fewer until the next NodeClass pass counts again
+                self.reservations[offering.reservation_id] = max(0, self.reservation_left(offering.reservation_id) - 1)
         return self._as_nodeclaim(nodeclaim["metadata"]["name"], iid, it, offering, ov.get("ImageId", ""),
                                   labels_base, nc)
 
@@ -283,7 +313,7 @@ class EC2CloudProvider:
                 TAG_NODEPOOL: labels.get(LABEL_NODEPOOL, ""), TAG_NODECLASS: nc["metadata"]["name"]}
 
     def _ensure_launch_template(self, nc: dict, ami: str, it: InstanceType, labels: dict, claim_spec: dict,
-                                tags: dict) -> str:
+                                tags: dict, reservation: str | None = None) -> str:
         spec = nc.get("spec") or {}
         status = nc.get("status") or {}
         family = static.ami_family_name(nc)
@@ -323,6 +353,10 @@ class EC2CloudProvider:
             "TagSpecifications": [{"ResourceType": "network-interface",
                                    "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}],
         }
+        if reservation:  # a launch into a capacity reservation: only that reservation (one template each)
+            data["CapacityReservationSpecification"] = {
+                "CapacityReservationPreference": "capacity-reservations-only",
+                "CapacityReservationTarget": {"CapacityReservationId": reservation}}
         name = LT_PREFIX + digest(data)
         with self.lock:
             if name in self.lts:
@@ -432,6 +466,11 @@ class EC2CloudProvider:
                       LABEL_REGION: self.c.region, static.LABEL_INSTANCE_TENANCY: "default"}
         if zone_ids.get(o.zone):
             out_labels[static.LABEL_TOPOLOGY_ZONE_ID] = zone_ids[o.zone]
+        if o.reservation_id:
+            cr = next((r for r in ((nc or {}).get("status") or {}).get("capacityReservations") or ()
+                       if r["id"] == o.reservation_id), {})
+            out_labels[static.LABEL_CAPACITY_RESERVATION_ID] = o.reservation_id
+            out_labels[static.LABEL_CAPACITY_RESERVATION_TYPE] = cr.get("reservationType", "default")
         ann = {PRICE_ANNOTATION: f"{o.price:.4f}"}
         if nc is not None:
             ann.update(hash_annotations(nc))
