@@ -1,13 +1,12 @@
 """deploy/: every manifest parses and is complete; the Deployment runs `karpy controller` as the
-contract says; the Dockerfile builds what the Deployment runs; kubectl takes the whole tree
-(against `karpy sandbox`, when kubectl is installed)."""
+contract says; kubectl takes the whole tree (against `karpy sandbox`, when kubectl is installed). The image
+that the Deployment runs: tests/deploy/test_image.py."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import json
-import re
 import os
 import shutil
 import ssl
@@ -149,48 +148,6 @@ def test_service_and_pdb_select_the_controller():
     pdb = one("PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == SELECTOR
-
-
-# --- the image --------------------------------------------------------------------------------
-
-
-def dockerfile() -> list[tuple[str, str]]:
-    out = []
-    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def test_dockerfile_runs_karpy_controller_as_the_deployments_user():
-    ins = dockerfile()
-    assert ins[0] == ("FROM", "python:3.12-slim")
-    d = dict(ins)  # the last of each instruction
-    assert json.loads(d["ENTRYPOINT"]) == ["karpy"]
-    assert json.loads(d["CMD"]) == ["controller"]
-    sc = container()["securityContext"]
-    assert d["USER"] == f"{sc['runAsUser']}:{sc['runAsGroup']}"
-    # the project itself, with the AWS provider's extra (boto3)
-    assert any(w == "RUN" and re.search(r"pip install [\"']?\.(\[aws\])?[\"']?( |$)", r) for w, r in ins)
-    assert set(d["EXPOSE"].split()) == {"8080", "8081"}
-
-
-def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
-    ignored = [
-        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")
-    ]
-    for word, rest in dockerfile():
-        if word != "COPY":
-            continue
-        *sources, _dest = rest.split()
-        for src in sources:
-            assert (ROOT / src).exists(), src
-            assert src.rstrip("/") not in ignored, f"{src} is in .dockerignore"
-    for needed in ("pyproject.toml", "README.md", "karpy"):
-        assert needed not in ignored
 
 
 # --- kubectl against karpy sandbox --------------------------------------------------------------
