@@ -68,6 +68,9 @@ def test_reservations_resolve_and_launches_use_them_until_full(env):
         "CapacityReservationTarget": {"CapacityReservationId": "cr-0aaa"}}
     (inst,) = account.instances()
     assert (inst["InstanceType"], inst["Placement"]["AvailabilityZone"]) == ("m7g.large", "us-west-2b")
+    assert p.is_drifted(out, nc) is None
+    unselected = {**nc, "status": {**nc["status"], "capacityReservations": crs[1:]}}
+    assert p.is_drifted(out, unselected) == "CapacityReservationDrift"
     # the reservation is full now: the next launch is on-demand, the cheapest type, with no reservation
     second = p.create(reserved_or_on_demand("nc-2"))
     assert second["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"

@@ -560,6 +560,9 @@ class EC2CloudProvider:
         if ann.get(HASH_VERSION_ANNOTATION) == HASH_VERSION and ann.get(HASH_ANNOTATION) is not None and \
                 ann[HASH_ANNOTATION] != hash_annotations(nodeclass)[HASH_ANNOTATION]:
             return "NodeClassDrift"
+        rid = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(static.LABEL_CAPACITY_RESERVATION_ID)
+        if rid and rid not in {r["id"] for r in status.get("capacityReservations") or ()}:
+            return "CapacityReservationDrift"  # its reservation is no longer selected (or ended)
         try:
             inst = self._instance(pid)
         except NodeClaimNotFoundError:
