@@ -13,8 +13,9 @@
   ``karpenter.k8s.aws/ec2nodeclass``, ``eks:eks-cluster-name``) and TerminateInstances.
 * **Drift**: AMI (the instance's image is no longer among the NodeClass's), subnet, security groups (when the
   instance reports any); the static hash is judged by karpy's engine.
-* Controllers: :class:`NodeClassController` (status, hash annotations, finalizer cleanup of instance
-  profiles and launch templates) and :class:`InstanceGC` (instances no NodeClaim knows, after 30 s).
+* Calls are batched (:mod:`.batcher`); launch templates unused for a minute are deleted
+  (:meth:`EC2CloudProvider.collect_launch_templates`); capacity reservations give ``reserved`` offerings.
+  The controllers are in :mod:`.controllers`.
 """
 
 from __future__ import annotations
