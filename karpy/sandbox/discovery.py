@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..kube.registry import TYPES, ResourceType
+from . import metrics as M
 
 VERSION_INFO = {
     # the API of kube-apiserver v1.33, which the sandbox is held to (tests/realcluster/test_sandbox_parity.py);
@@ -104,7 +105,7 @@ def review(group: str, version: str, plural: str) -> tuple[str, bool] | None:
 def group_versions() -> dict[str, list[str]]:
     """group -> versions (preferred first), in the order discovery lists them."""
     out: dict[str, list[str]] = {}
-    for g, v in [(g, v) for (g, v, _) in SERVED] + [(g, v) for g, v, *_ in REVIEWS]:
+    for g, v in [(g, v) for (g, v, _) in SERVED] + [(g, v) for g, v, *_ in REVIEWS] + [(M.GROUP, M.VERSION)]:
         vs = out.setdefault(g, [])
         if v not in vs:
             vs.append(v)
@@ -126,7 +127,8 @@ def _storage_hash(s: Served) -> str:
 def resource_list(group: str, version: str) -> dict | None:
     items = [s for (g, v, _), s in SERVED.items() if g == group and v == version]
     reviews = [r for r in REVIEWS if r[:2] == (group, version)]
-    if not items and not reviews:
+    metrics = list(M.RESOURCES.items()) if (group, version) == (M.GROUP, M.VERSION) else []
+    if not items and not reviews and not metrics:
         return None
     resources: list[dict[str, Any]] = []
     if (group, version) == ("", "v1"):  # the legacy POST .../namespaces/{ns}/bindings
@@ -135,6 +137,9 @@ def resource_list(group: str, version: str) -> dict | None:
     for _, _, plural, kind, namespaced in reviews:
         resources.append({"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
                           "verbs": ["create"]})
+    for plural, (kind, namespaced) in metrics:  # metrics-server's resources (karpy.sandbox.metrics)
+        resources.append({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind,
+                          "verbs": ["get", "list"]})
     for s in items:
         t = s.type
         r: dict[str, Any] = {"name": s.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,

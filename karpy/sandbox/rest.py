@@ -37,6 +37,8 @@ over HTTP). It does what kube-apiserver does around its storage:
   400 (``field label not supported: spec.foo``);
 * the access and identity reviews ``kubectl auth can-i`` and ``kubectl auth
   whoami`` send (the sandbox authorizes every request);
+* ``metrics.k8s.io/v1beta1`` node and pod metrics from the simulated usage, for ``kubectl top``
+  (:mod:`karpy.sandbox.metrics`);
 * request bodies in JSON, YAML, or Kubernetes' protobuf for the built-in kinds
   (what kubectl's generators send; :mod:`karpy.sandbox.protobuf` decodes them
   into the same dicts), with kube-apiserver's 400 and 415 for what it cannot
@@ -80,6 +82,7 @@ from . import discovery as D
 from . import admission as A
 from . import fields as F
 from . import logs as LG
+from . import metrics as M
 from . import protobuf as P
 from . import tables as T
 from .crds import printer_columns
@@ -258,6 +261,12 @@ class RestAPI:
             if rl is None:
                 raise _NotFoundPath()
             return Response(200, rl)
+        if (group, version) == (M.GROUP, M.VERSION):  # kubectl top
+            with self.lock:
+                metrics = M.serve(self.api, self.clock.now(), method, rest, query)
+            if metrics is None:
+                raise _NotFoundPath()
+            return Response(200, metrics)
         rv = self._review_route(group, version, rest)
         if rv is not None:
             return self._review(method, rv[0], rv[1], group, version, query, headers, body)
