@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -41,3 +42,31 @@ def env(fake, tmp_path, monkeypatch):
     for k, v in e.items():
         monkeypatch.setenv(k, v)
     return e
+
+
+class Clock:
+    """A clock the tests move: ``clock()`` and ``clock.now()`` are ``clock.t``."""
+
+    def __init__(self):
+        self.t = time.time()
+
+    def now(self) -> float:
+        return self.t
+
+    __call__ = now
+
+
+def make_provider(lookup, cluster=lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"}, **kw):
+    """karpy's Azure provider on the fake (the settings of ``env``), its instance types read, its clock a
+    :class:`Clock`: (provider, clock)."""
+    from karpy.cloudprovider.arm.clients import make_clients
+    from karpy.cloudprovider.arm.provider import AzureVMProvider
+    from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
+    from karpy.controller.settings import resolve
+
+    s = resolve({"cloud_provider": "azure"}).azure
+    clients = make_clients(s)
+    clock = Clock()
+    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
+    types.refresh()
+    return AzureVMProvider(clients, s, types, lookup, cluster, now=clock, poll_interval=0, **kw), clock

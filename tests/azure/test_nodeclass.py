@@ -4,17 +4,14 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 
-from karpy.cloudprovider.arm.clients import make_clients
 from karpy.cloudprovider.arm.nodeclass import HASH_VERSION_ANNOTATION, NodeClassController
-from karpy.cloudprovider.arm.provider import NODECLASS_HASH_ANNOTATION, AzureVMProvider
-from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
-from karpy.controller.settings import resolve
+from karpy.cloudprovider.arm.provider import NODECLASS_HASH_ANNOTATION
 from karpy.kube import errors as E
 
+from .conftest import make_provider
 from .fakearm import CIG_UBUNTU
 
 GALLERY = f"/CommunityGalleries/{CIG_UBUNTU}/images"
@@ -63,27 +60,11 @@ class Store:
         self.logs.append(("error", msg, kv))
 
 
-class Clock:
-    def __init__(self):
-        self.t = time.time()
-
-    def now(self) -> float:
-        return self.t
-
-    __call__ = now
-
-
 @pytest.fixture
 def world(fake, env):
-    s = resolve({"cloud_provider": "azure"}).azure
-    clients = make_clients(s)
-    clock = Clock()
-    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
-    types.refresh()
     store = Store()
     version = {"v": "1.33.2"}
-    p = AzureVMProvider(clients, s, types, store.get, lambda: {"ca": "Q0EgUEVN", "version": version["v"]},
-                        now=clock, poll_interval=0)
+    p, clock = make_provider(store.get, lambda: {"ca": "Q0EgUEVN", "version": version["v"]})
     ctrl = NodeClassController(store, store, p, lambda: version["v"], clock, store, store)
     store.add({"kind": "AKSNodeClass", "metadata": {"name": "default", "generation": 1},
                "spec": {"imageFamily": "Ubuntu2204"}})

@@ -10,24 +10,15 @@ from karpy.cloudprovider.arm.bootstrap import parse_custom_data
 from karpy.cloudprovider.arm.clients import make_clients
 from karpy.cloudprovider.arm.controllers import GarbageCollector
 from karpy.cloudprovider.arm.offerings import HOUR, LOW_QUOTA_TTL, SKU_NOT_AVAILABLE_ON_DEMAND_TTL
-from karpy.cloudprovider.arm.provider import AzureVMProvider
 from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
 from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClaimNotFoundError
 from karpy.controller.settings import SettingsError, resolve
 
-from .conftest import IDENTITY, SSH, SUBNET, TOKEN
+from .conftest import IDENTITY, SSH, SUBNET, TOKEN, make_provider
 from .fakearm import CIG_UBUNTU, NODE_RG, SUBSCRIPTION
 
 NODECLASS = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
              "spec": {"imageFamily": "Ubuntu2204", "tags": {"team": "payments", "cost/center": "42"}}}
-
-
-class Clock:
-    def __init__(self):
-        self.t = time.time()
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def claim(name="default-demo-abcde", types=("Standard_D2pls_v6", "Standard_D4pls_v6"), ct=("on-demand",), zones=None):
@@ -43,16 +34,9 @@ def claim(name="default-demo-abcde", types=("Standard_D2pls_v6", "Standard_D4pls
 
 @pytest.fixture
 def provider(fake, env):
-    s = resolve({"cloud_provider": "azure"}).azure
-    clients = make_clients(s)
-    clock = Clock()
-    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
-    types.refresh()
     deleted: list[str] = []
     nodeclass = {"obj": NODECLASS}
-    p = AzureVMProvider(clients, s, types, lambda kind, name: nodeclass["obj"],
-                        lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"}, delete_nodeclaim=deleted.append,
-                        now=clock, poll_interval=0)
+    p, clock = make_provider(lambda kind, name: nodeclass["obj"], delete_nodeclaim=deleted.append)
     p.clock, p.deleted_claims, p.nodeclass = clock, deleted, nodeclass
     yield p
     p.close()

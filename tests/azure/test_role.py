@@ -11,14 +11,11 @@ import re
 import time
 from pathlib import Path
 
-from karpy.cloudprovider.arm.clients import make_clients
 from karpy.cloudprovider.arm.controllers import GarbageCollector
 from karpy.cloudprovider.arm.nodeclass import NodeClassController
-from karpy.cloudprovider.arm.provider import AzureVMProvider
-from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
-from karpy.controller.settings import resolve
 
-from .test_nodeclass import Clock, Store
+from .conftest import make_provider
+from .test_nodeclass import Store
 from .test_provider import claim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,15 +92,9 @@ def test_the_role_allows_exactly_the_actions_of_the_calls_in_the_code():
 
 
 def test_a_run_of_every_call_path_sends_only_calls_the_role_allows(fake, env, tmp_path):
-    s = resolve({"cloud_provider": "azure"}).azure
-    clients = make_clients(s)
-    clock = Clock()
-    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
-    types.refresh()
     store = Store()
     store.add({"kind": "AKSNodeClass", "metadata": {"name": "default"}, "spec": {"imageFamily": "Ubuntu2204"}})
-    p = AzureVMProvider(clients, s, types, store.get, lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"},
-                        now=clock, poll_interval=0)
+    p, clock = make_provider(store.get)
     try:
         NodeClassController(store, store, p, lambda: "1.33.2", clock, store, store).reconcile("default")
         out = p.create(claim())
