@@ -20,6 +20,8 @@ import pytest
 
 from localcluster import Karpy, built_binaries, load_script, require_binaries, wait_for
 
+from .test_controller import deployment, running
+
 HASH_VERSION = "karpenter.sh/nodepool-hash-version"
 QUIET = 25.0  # seconds watched after a switch: longer than two rounds of either controller's disruption loop
 
@@ -42,15 +44,6 @@ spec:
       expireAfter: Never
   disruption: {consolidateAfter: Never}
 """
-
-
-def deployment(replicas: int) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"terminationGracePeriodSeconds": 0,
-                                           "containers": [{"name": "c", "image": "pause",
-                                                           "resources": {"requests": {"cpu": "1500m"}}}]}}}}
 
 
 class Upstream:
@@ -84,11 +77,6 @@ class Upstream:
             return self.p.wait(5)
 
 
-def running(api) -> int:
-    return sum(1 for p in api.list("Pod", "default")[0] if (p["metadata"].get("labels") or {}).get("app") == "web"
-               and p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running")
-
-
 def is_true(obj: dict, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True"
                for c in (obj.get("status") or {}).get("conditions") or ())
@@ -103,7 +91,7 @@ def fleet(api) -> dict:
 def settled(api, pods: int) -> dict | None:
     """Every pod running and every NodeClaim initialized, with its Node: the fleet then."""
     claims = api.list("NodeClaim")[0]
-    if running(api) != pods or not claims or not all(is_true(c, "Initialized") for c in claims):
+    if len(running(api, "web")) != pods or not claims or not all(is_true(c, "Initialized") for c in claims):
         return None
     return fleet(api)
 
@@ -168,7 +156,7 @@ def test_switch_from_upstream_karpenter_and_back_replaces_nothing(cluster, tmp_p
     upstream = Upstream(cluster, tmp_path, "upstream")
     karpy = back = None
     try:
-        api.create(deployment(4))
+        api.create(deployment("web", 4, cpu="1500m"))
         before = wait_for(lambda: settled(api, 4), timeout=180, interval=1, what="upstream's fleet settled")
         assert len(before["nodeclaims"]) >= 2 and len(before["nodes"]) == len(before["nodeclaims"])
         assert hash_version(api) == "v3" and claims_stamped(api, "v3")  # upstream's hash version
@@ -182,7 +170,7 @@ def test_switch_from_upstream_karpenter_and_back_replaces_nothing(cluster, tmp_p
                  what="karpy re-stamps the NodePool and upstream's NodeClaims")
         stays_the_same(api, before, "karpy")
         assert "created nodeclaim" not in karpy.messages()
-        assert running(api) == 4
+        assert len(running(api, "web")) == 4
 
         # a scale-up provisions as usual, beside the adopted nodes
         api.patch("Deployment", "web", {"spec": {"replicas": 6}}, namespace="default")
@@ -199,7 +187,7 @@ def test_switch_from_upstream_karpenter_and_back_replaces_nothing(cluster, tmp_p
         wait_for(lambda: hash_version(api) == "v3" and claims_stamped(api, "v3"), timeout=90,
                  what="upstream re-stamps the NodePool and karpy's NodeClaims")
         stays_the_same(api, grown, "upstream Karpenter")
-        assert running(api) == 6
+        assert len(running(api, "web")) == 6
     finally:
         upstream.stop()
         if karpy is not None:
