@@ -1197,7 +1197,7 @@ NOT_SERVED = frozenset({
     "flowschemas.flowcontrol.apiserver.k8s.io", "horizontalpodautoscalers.autoscaling",
     "ingressclasses.networking.k8s.io", "ingresses.networking.k8s.io", "ipaddresses.networking.k8s.io",
     "limitranges", "mutatingwebhookconfigurations.admissionregistration.k8s.io",
-    "networkpolicies.networking.k8s.io", "podtemplates", "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
+    "networkpolicies.networking.k8s.io", "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
     "replicationcontrollers", "resourcequotas", "servicecidrs.networking.k8s.io", "tokenreviews.authentication.k8s.io",
     "validatingadmissionpolicies.admissionregistration.k8s.io",
     "validatingadmissionpolicybindings.admissionregistration.k8s.io",
