@@ -710,7 +710,9 @@ def _check_pod_request_totals(spec: dict, path: str, ctx: Ctx) -> None:
             )
 
 
-def _check_tscs(tscs: list, path: str, ctx: Ctx) -> None:
+def _check_tscs(tscs: list, path: str, ctx: Ctx, *, defaults: bool = False) -> None:
+    """``defaults``: kube-scheduler's defaultConstraints (ValidatePodTopologySpreadArgs), which, unlike a pod's,
+    may carry minDomains with ScheduleAnyway."""
     seen: set = set()
     for i, c in enumerate(tscs):
         if not isinstance(c, dict):
@@ -731,7 +733,7 @@ def _check_tscs(tscs: list, path: str, ctx: Ctx) -> None:
         if is_int(md):
             if md <= 0:
                 ctx.err(child(p, "minDomains"), invalid(md, "must be greater than zero"))
-            elif wu != "DoNotSchedule":
+            elif wu != "DoNotSchedule" and not defaults:
                 ctx.err(
                     child(p, "minDomains"),
                     invalid(md, f"can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {wu}"),
@@ -743,7 +745,11 @@ def _check_tscs(tscs: list, path: str, ctx: Ctx) -> None:
         _check_match_label_keys(c, p, ctx, ("matchLabelKeys",))
 
 
-def topology_spread_constraints() -> Node:
+def _check_default_tscs(tscs: list, path: str, ctx: Ctx) -> None:
+    _check_tscs(tscs, path, ctx, defaults=True)
+
+
+def topology_spread_constraints(defaults: bool = False) -> Node:
     policy = ("Honor", "Ignore")
     item = obj(
         {
@@ -757,7 +763,7 @@ def topology_spread_constraints() -> Node:
             "matchLabelKeys": arr(string(), list_type="set"),
         }
     )
-    return arr(item, checks=[_check_tscs])
+    return arr(item, checks=[_check_default_tscs if defaults else _check_tscs])
 
 
 def pod_spec() -> Node:

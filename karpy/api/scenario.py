@@ -151,7 +151,7 @@ def _check_default_constraints(lst: list, path: str, ctx: Ctx) -> None:
 
 
 def _default_constraints() -> Node:
-    n = topology_spread_constraints()
+    n = topology_spread_constraints(defaults=True)
     n.checks = n.checks + (_check_default_constraints,)
     return n
 

@@ -35,6 +35,7 @@ from ..runtime.clock import SimClock
 from ..runtime.events import Recorder, ref
 from ..runtime.log import Logger
 from ..runtime.manager import Manager
+from ..scheduling.default_spread import DefaultSpread
 from ..scheduling.pods import LabelSelector
 from ..state.pods import PodCompiler
 from .disruption_budgets import DisruptionBudgets
@@ -130,6 +131,13 @@ class Simulation:
             self.karpenter = build(self.mgr, self.api, self.clock, self.provider, self.settings,
                                    log=self.log, recorder=self.recorder)
         compiler = self.karpenter.cluster.compiler if self.karpenter is not None else PodCompiler()
+        # schedulerConfig.podTopologySpread.defaultConstraints: Karpenter and kube-scheduler share the compiler, so
+        # both apply the same defaults with the same selector deduced from each pod's owner
+        defaults = ((settings.get("schedulerConfig") or {}).get("podTopologySpread") or {}).get("defaultConstraints")
+        if defaults:
+            # (the owner is read from the API rather than the informer cache, so the order in which pods and their
+            # owners reach the cache cannot decide whether a pod is defaulted)
+            compiler.default_spread = DefaultSpread(defaults, lambda kind, ns, name: self.api.try_get(kind, name, ns))
         self.world = World(self.mgr, self.api, self.clock, self.cloud, compiler)
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)

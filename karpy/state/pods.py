@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from ..disruption.state import PodState
 from ..kube.times import parse_time
+from ..scheduling.default_spread import DefaultSpread
 from ..scheduling.pods import PodInfo, class_key, compile_pod
 from ..scheduling.requirements import Requirements
 
@@ -96,6 +97,8 @@ class PodCompiler:
     def __init__(self) -> None:
         self._by_uid: dict[str, tuple[tuple, PodInfo]] = {}
         self._templates: dict[tuple, tuple[Any, PodInfo]] = {}
+        # schedulerConfig.podTopologySpread.defaultConstraints (karpy.scheduling.default_spread), when configured
+        self.default_spread: DefaultSpread | None = None
 
     @staticmethod
     def _shape(pod: Mapping[str, Any]) -> tuple:
@@ -108,6 +111,12 @@ class PodCompiler:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or pod_key(pod)
         shape = self._shape(pod)
+        seen = pod
+        if self.default_spread is not None:
+            # the defaults (with the selector deduced from the pod's owner) are part of what the engine reads
+            seen = self.default_spread.apply(pod)
+            if seen is not pod:
+                shape += (repr((seen.get("spec") or {}).get("topologySpreadConstraints")),)
         hit = self._by_uid.get(uid)
         if hit is not None and hit[0] == shape:
             info = hit[1]
@@ -123,7 +132,8 @@ class PodCompiler:
             info.obj = pod  # type: ignore[assignment]
             info.__dict__.pop("_label_key", None)
         else:
-            info = compile_pod(pod, priority=int(spec.get("priority") or 0))
+            info = compile_pod(seen, priority=int(spec.get("priority") or 0))
+            info.obj = pod  # type: ignore[assignment]
             # keep the values the shape's ids refer to alive, so the ids stay unique
             if len(self._templates) > 100_000:
                 self._templates.clear()
