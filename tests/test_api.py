@@ -1202,6 +1202,7 @@ def test_scenario_valid_with_defaults():
         "CapacityBuffer": False,
         "CostRefinement": False,
         "ZonePinning": False,
+        "ConsolidationOptimizer": False,
     }
     assert settings["minValuesPolicy"] == "Strict"
     steps = spec["steps"]

@@ -944,6 +944,13 @@ def _base(kind: str, api_version: str, name: str) -> dict:
         "PriorityClass": lambda: {"metadata": {"name": name}, "value": 1000},
         "StorageClass": lambda: {"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com"},
         "Scenario": lambda: scenario(name, steps=[{"advance": "1m"}]),
+        "NodeOverlay": lambda: {"metadata": {"name": name},
+                                "spec": {"requirements": [{"key": "karpenter.kwok.sh/instance-family",
+                                                           "operator": "In", "values": ["c"]}],
+                                         "priceAdjustment": "+10%"}},
+        "CapacityBuffer": lambda: {"metadata": {"name": name},
+                                   "spec": {"replicas": 1, "podTemplateRef": {"name": name}}},
+        "PodTemplate": lambda: {"metadata": {"name": name}, "template": _template(name)},
     }
     d = bases[kind]()
     d["apiVersion"] = api_version

@@ -113,9 +113,9 @@ def test_kinds_that_affect_provisioning_and_are_not_simulated_are_named_one_line
     limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults"}}
     rollout = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "web"},
                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}
-    overlay = {"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "o"}}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}}
     typo = {"apiVersion": "apps/v1", "kind": "Deploymnet", "metadata": {"name": "web"}}
-    r = simulate("-", input=Path(CLUSTER).read_text() + "\n---\n" + dump(cron, limits, rollout, overlay, typo))
+    r = simulate("-", input=Path(CLUSTER).read_text() + "\n---\n" + dump(cron, limits, rollout, quota, typo))
     assert r.exit_code == 2 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert lines == [
@@ -125,8 +125,8 @@ def test_kinds_that_affect_provisioning_and_are_not_simulated_are_named_one_line
         "containers default requests and limits, which karpy does not apply",
         'error: <stdin>: document 4 (Rollout/web): kind: Unsupported value: "argoproj.io/v1alpha1 Rollout": it '
         "creates pods from its pod template, which karpy does not simulate",
-        'error: <stdin>: document 5 (NodeOverlay/o): kind: Unsupported value: "karpenter.sh/v1alpha1 NodeOverlay": '
-        "it configures Karpenter in a way karpy does not simulate",
+        'error: <stdin>: document 5 (ResourceQuota/q): kind: Unsupported value: "v1 ResourceQuota": it caps the '
+        "pods and requests of a namespace, which karpy does not enforce",
         'error: <stdin>: document 6 (Deploymnet/web): kind: Unsupported value: "apps/v1 Deploymnet": unknown kind: '
         "apps/v1 has no such kind (its kinds: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet)",
     ]

@@ -142,7 +142,9 @@ spec:
   containers: [{name: c, image: x, resources: {requests: {cpu: "%s"}}}]
 """
     (p,) = _summary(tmp_path, pool % ("1000", "elsewhere-1", "1"))["pendingPods"]
-    assert "exceed limits" not in p["message"] and "no instance types are available" in p["message"]
+    # upstream's words for a NodePool whose requirements leave no instance type (NoCompatibleInstanceTypes)
+    assert "exceed limits" not in p["message"]
+    assert "nodepool requirements filtered out all available instance types" in p["message"]
     (p,) = _summary(tmp_path, pool % ("500m", "test-zone-a", "100m"))["pendingPods"]
     assert "all available instance types exceed limits for nodepool (cpu remaining 500m)" in p["message"]
 
