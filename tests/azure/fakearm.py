@@ -46,6 +46,12 @@ def arm_family(series: str) -> str:
     return f"standard{base[0]}{base[1:].upper()}{version}Family"
 
 
+def load_catalog_sizes() -> list[dict]:
+    from karpy.cloudprovider.catalog import load_catalog
+
+    return load_catalog("azure")["sizes"]
+
+
 def skus_from_catalog(location: str, names: list[str] | None = None) -> list[dict]:
     """Resource SKUs (as Microsoft.Compute/skus lists them) for the sizes karpy's Azure catalog prices in
     ``location``: capabilities, zones 1-3 where the region has zones."""
@@ -117,6 +123,15 @@ class FakeARM:
         self.nsgs = [f"aks-agentpool-{CLUSTER_ID}-nsg"]
         self.subnets = {("rg-net", "vnet-1", "nodes")}  # (resource group, virtual network, subnet), lower case
         self.lbs = {"kubernetes": ["kubernetes", "aksOutboundBackendPool", "kubernetes-ipv6"]}
+        # the Azure Retail Prices API (public, no token): karpy's static on-demand and spot prices of the location,
+        # per SKU name; tests change them, and price_failures answers that many fetches 500
+        self.retail_prices: dict[str, dict] = {}
+        for s in load_catalog_sizes():
+            p = s["prices"].get(location)
+            if p and any(k["name"] == s["name"] for k in self.skus):
+                self.retail_prices[s["name"]] = {"on_demand": p["on_demand"], "spot": p.get("spot")}
+        self.prices_page_size = 100
+        self.price_failures = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -214,7 +229,8 @@ class FakeARM:
         ca = str(d / "fakearm-ca.pem")
         return {"AZURE_ENVIRONMENT_FILEPATH": str(d / "fakearm-env.json"), "REQUESTS_CA_BUNDLE": ca,
                 "SSL_CERT_FILE": ca, "AZURE_CLIENT_ID": CLIENT_ID, "AZURE_TENANT_ID": TENANT,
-                "AZURE_FEDERATED_TOKEN_FILE": str(d / "federated-token"), "AZURE_AUTHORITY_HOST": self.url + "/"}
+                "AZURE_FEDERATED_TOKEN_FILE": str(d / "federated-token"), "AZURE_AUTHORITY_HOST": self.url + "/",
+                "AZURE_RETAIL_PRICES_ENDPOINT": self.url + "/api/retail/prices"}
 
     # --- routing ------------------------------------------------------------------------------
     def handle(self, method: str, raw_path: str, headers: dict, body: bytes) -> tuple[int, dict, Any]:
@@ -248,6 +264,9 @@ class FakeARM:
                 n = self.tokens_issued
             return 200, {}, {"token_type": "Bearer", "expires_in": 3600, "ext_expires_in": 3600,
                              "access_token": f"fake-arm-token-{n}"}
+        if path == "/api/retail/prices" and method == "GET":
+            with self.lock:
+                return self._retail_prices(query)
         if not (headers.get("Authorization") or headers.get("authorization") or "").startswith("Bearer fake-arm-token-"):
             return 401, {"WWW-Authenticate": 'Bearer authorization_uri="x", error="invalid_token"'}, \
                 {"error": {"code": "AuthenticationFailed", "message": "no valid bearer token"}}
@@ -410,6 +429,42 @@ class FakeARM:
         e.setdefault("properties", {})["provisioningState"] = "Succeeded"
         self.extensions[(vm, ext)] = e
         return 201, self._op(lambda: None), e
+
+    # --- retail prices -----------------------------------------------------------------------
+    def _retail_prices(self, query: dict) -> tuple[int, dict, Any]:
+        """The Retail Prices API's pages: for each SKU the Linux on-demand and spot items the filter selects, and
+        the Windows and Low Priority items upstream drops; ``NextPageLink`` while items remain."""
+        if self.price_failures:
+            self.price_failures -= 1
+            return 500, {}, {"error": {"code": "InternalServerError", "message": "retail prices (injected)"}}
+        region = re.search(r"armRegionName eq '([^']+)'", query.get("$filter", ""))
+        items: list[dict] = []
+        if region and region.group(1) == self.location:
+            for name, p in sorted(self.retail_prices.items()):
+                series = name.removeprefix("Standard_").replace("_", " ")
+                base = {"currencyCode": "USD", "armRegionName": self.location, "location": "US East",
+                        "serviceName": "Virtual Machines", "serviceFamily": "Compute", "type": "Consumption",
+                        "armSkuName": name, "unitOfMeasure": "1 Hour", "isPrimaryMeterRegion": True}
+                items.append({**base, "retailPrice": p["on_demand"], "unitPrice": p["on_demand"], "skuName": series,
+                              "meterName": series, "productName": f"Virtual Machines {series} Series"})
+                items.append({**base, "retailPrice": p["on_demand"] * 1.9, "unitPrice": p["on_demand"] * 1.9,
+                              "skuName": series, "meterName": series,
+                              "productName": f"Virtual Machines {series} Series Windows"})
+                items.append({**base, "retailPrice": p["on_demand"] * 0.2, "unitPrice": p["on_demand"] * 0.2,
+                              "skuName": series + " Low Priority", "meterName": series + " Low Priority",
+                              "productName": f"Virtual Machines {series} Series"})
+                if p.get("spot") is not None:
+                    items.append({**base, "retailPrice": p["spot"], "unitPrice": p["spot"], "skuName": series + " Spot",
+                                  "meterName": series + " Spot", "productName": f"Virtual Machines {series} Series"})
+        skip = int(query.get("$skip") or 0)
+        page = items[skip:skip + self.prices_page_size]
+        out: dict[str, Any] = {"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
+                               "Items": page, "Count": len(page), "NextPageLink": None}
+        if skip + self.prices_page_size < len(items):
+            out["NextPageLink"] = (f"{self.url}/api/retail/prices?" + urllib.parse.urlencode(
+                {"api-version": query.get("api-version", ""), "$filter": query.get("$filter", ""),
+                 "$skip": skip + self.prices_page_size}))
+        return 200, {}, out
 
     # --- lists --------------------------------------------------------------------------------
     def _skus(self, method, m, query, doc, fault):  # noqa: ANN001

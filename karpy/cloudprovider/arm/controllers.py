@@ -119,13 +119,15 @@ def _cluster_facts(api: Any, log: Any) -> dict:
 def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log: Any) -> tuple[AzureVMProvider, list, list]:
     """The provider, its controllers and its background workers."""
     from .clients import ProviderConfigError, check_credential, error_message, make_clients
+    from .pricing import PriceRefresher, Prices
     from .skus import InstanceTypes, list_skus_via
 
     s = settings.azure
     clients = make_clients(s)
     check_credential(clients, s)
     types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location,
-                          log=lambda msg, **kv: log.error(msg, controller="instancetype", **kv))
+                          log=lambda msg, **kv: log.error(msg, controller="instancetype", **kv),
+                          prices=Prices(s.location, s.retail_prices_endpoint or None, log=log))
     try:
         types.refresh()
     except Exception as e:  # noqa: BLE001 - no access, wrong subscription: exit 2 naming it
@@ -150,7 +152,7 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
              **{"provision-mode": s.provision_mode})
     status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)
     controllers = [GarbageCollector(mgr, api, provider, log), status, NodeConditionInterruption(provider, log)]
-    return provider, controllers, [_Closer(provider)]
+    return provider, controllers, [_Closer(provider), PriceRefresher(types)]
 
 
 class _Closer:

@@ -44,6 +44,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "arm_cloud": ("ARM_CLOUD", "azure: AzurePublicCloud, AzureChinaCloud or AzureUSGovernmentCloud [ARM_CLOUD]."),
     "azure_environment_filepath": ("AZURE_ENVIRONMENT_FILEPATH",
                                    "azure: JSON file of another cloud's endpoints [AZURE_ENVIRONMENT_FILEPATH]."),
+    "retail_prices_endpoint": ("AZURE_RETAIL_PRICES_ENDPOINT",
+                               "azure: the Azure Retail Prices API karpy reads VM prices from, none for karpy's static "
+                               "prices [AZURE_RETAIL_PRICES_ENDPOINT; default: https://prices.azure.com/api/retail/prices "
+                               "in the public cloud, none elsewhere]."),
 }
 ENV = {k: v[0] for k, v in OPTIONS.items()}
 FALLBACK_ENV = {"subscription_id": "ARM_SUBSCRIPTION_ID", "tenant_id": "ARM_TENANT_ID"}
@@ -111,6 +115,7 @@ class AzureSettings:
     additional_tags: dict[str, str] = field(default_factory=dict)
     dns_service_ip: str = "10.0.0.10"
     vm_memory_overhead_percent: float = 0.075
+    retail_prices_endpoint: str = ""  # "": karpy's static prices only
 
     def subnet_parts(self) -> tuple[str, str, str, str]:
         """(subscription, resource group, virtual network, subnet) of VNET_SUBNET_ID."""
@@ -255,6 +260,12 @@ def resolve_azure(cluster_name: str, picked: Mapping[str, tuple[str | None, str]
         if cloud_name not in CLOUDS:
             raise bad("arm_cloud", f"must be one of {', '.join(CLOUDS)}")
         s.cloud = Cloud(cloud_name, *CLOUDS[cloud_name])
+    prices = values.get("retail_prices_endpoint")
+    if prices is None:  # upstream reads prices in the public cloud only
+        prices = "https://prices.azure.com/api/retail/prices" if s.cloud.name == "AzurePublicCloud" else "none"
+    if prices.lower() != "none" and not re.match(r"^https?://[^/\s]+", prices):
+        raise bad("retail_prices_endpoint", "must be a URL (https://prices.azure.com/api/retail/prices) or none")
+    s.retail_prices_endpoint = "" if prices.lower() == "none" else prices
     v, name = vm_memory_overhead
     if v is not None:
         try:

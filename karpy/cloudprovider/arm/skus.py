@@ -6,9 +6,9 @@ instance type karpy's offline catalog builds (:class:`karpy.cloudprovider.azure.
 labels, capacity and allocatable (kube-reserved, eviction threshold, VM memory overhead), with what the
 subscription says instead of the static data: vCPUs, memory, architecture, accelerated networking, premium
 IO, the zones the SKU is offered in (less zones a restriction names; a SKU restricted in the whole location is
-dropped), spot only where ``LowPriorityCapable`` is True. Prices: karpy's static Azure prices of the region
-(spot estimated as the offline catalog does); a SKU those prices do not know costs upstream's 999 so it goes
-last. What launch needs is kept per SKU: the ARM family (quota), the largest ephemeral OS disk, the Hyper-V
+dropped), spot only where ``LowPriorityCapable`` is True. Prices: the Azure Retail Prices API's
+(:mod:`.pricing`), else karpy's static Azure prices of the region (spot estimated as the offline catalog
+does); a SKU neither prices costs upstream's 999 so it goes last. What launch needs is kept per SKU: the ARM family (quota), the largest ephemeral OS disk, the Hyper-V
 generations and accelerated networking.
 """
 
@@ -100,8 +100,9 @@ class InstanceTypes:
     """The subscription's VM SKUs in one location, as karpy's instance types (per NodeClass parameters)."""
 
     def __init__(self, list_skus: Callable[[], list[dict]], location: str, now: Callable[[], float] = time.time,
-                 log: Callable[..., None] | None = None):
+                 log: Callable[..., None] | None = None, prices: Any = None):
         self._list = list_skus
+        self.prices = prices  # a pricing.Prices, or None for karpy's static prices only
         self.location = location
         self.now = now
         self.log = log
@@ -159,7 +160,7 @@ class InstanceTypes:
     def list(self, nodeclass: dict | None) -> list[InstanceType]:
         """Every usable SKU as an instance type, offerings all available (the caller marks the unavailable)."""
         params = static.provider._params(nodeclass)
-        key = (self.version, tuple(sorted(params.items())))
+        key = (self.version, tuple(sorted(params.items())), self.prices.version if self.prices is not None else 0)
         with self.lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -173,6 +174,8 @@ class InstanceTypes:
             if params["local_dns"] and info.vcpus < 4:
                 continue
             prices = size["prices"].get(self.location)
+            if self.prices is not None:
+                prices = self.prices.get(name, prices)
             if prices is None:  # a SKU karpy has no price for in this region: upstream's penalty price
                 size = {**size, "known_sku": False}
                 prices = {"on_demand": static.MISSING_PRICE, "spot": static.MISSING_PRICE}
@@ -183,6 +186,15 @@ class InstanceTypes:
         with self.lock:
             self._cache[key] = out
         return list(out)
+
+    def refresh_prices(self, force: bool = False) -> bool:
+        """Refresh the prices when due; new prices build the instance types again. Whether they changed."""
+        if self.prices is None or not self.prices.refresh(force):
+            return False
+        with self.lock:
+            self.version += 1
+            self._cache.clear()
+        return True
 
     def info(self, name: str) -> SkuInfo | None:
         return self.infos.get(name)
