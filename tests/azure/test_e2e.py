@@ -3,7 +3,8 @@
 once Azure reports it Succeeded (its name, provider ID, labels and taints from the VM's custom data, and the
 capacity a kubelet reports: a Node without it takes no pod). The AKSNodeClass turns Ready with its images;
 the workshop's four pods bind to the two arm64 nodes; a termination Azure schedules for one VM replaces its
-NodeClaim; scaled to zero, the nodes are consolidated away and their VMs and NICs deleted."""
+NodeClaim; the Deployment moved to amd64 gets new amd64 VMs and the arm64 VMs and NICs deleted;
+scaled to zero, the nodes are consolidated away and their VMs and NICs deleted."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from karpy.cloudprovider.arm.bootstrap import parse_custom_data
 
@@ -161,7 +163,38 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
         wait_for(lambda: lone not in fake.vms, timeout=30, what="the terminating VM deleted")
         assert any(r.get("message") == "vm interruption noticed" and r.get("kind") == "ScheduledTermination"
                    for r in ctrl.logs())
-        claims = api.list("NodeClaim")[0]
+        # the workshop's last step: the Deployment moves to amd64 (examples/aks-multiarch-amd64/workload.yaml,
+        # applied as kubectl apply would): new amd64 VMs are created, the emptied arm64 ones and their NICs deleted
+        arm_vms = {"aks-" + c["metadata"]["name"] for c in api.list("NodeClaim")[0]}
+        with fake.lock:
+            arm_nics = {k for k, n in fake.nics.items() if n.get("_vm") in arm_vms}
+        assert len(arm_vms) == 2 and len(arm_nics) == 2
+        puts_before = len(vm_puts())
+        workload = [d for d in yaml.safe_load_all((ROOT / "examples/aks-multiarch-amd64/workload.yaml").read_text())
+                    if d and d["kind"] == "Deployment"][0]
+        api.patch("Deployment", "inflate", workload, "workshop", patch_type="apply")
+
+        def on_amd64():
+            pods, nodes = bound(api), {n["metadata"]["name"]: n for n in api.list("Node")[0]}
+            return len(pods) == 4 and all(
+                nodes.get(p["spec"]["nodeName"], {}).get("metadata", {}).get("labels", {}).get("kubernetes.io/arch")
+                == "amd64" for p in pods)
+        wait_for(on_amd64, timeout=120, what="the 4 workshop pods bound to amd64 nodes")
+        wait_for(lambda: not arm_vms & set(fake.vms) and not arm_nics & set(fake.nics), timeout=120,
+                 what="the arm64 VMs and their NICs deleted")
+        assert arm_vms <= {r["path"].rsplit("/", 1)[-1] for r in fake.calls("DELETE", r"/virtualMachines/[^/]+$")}
+        x64 = {s["name"] for s in fake.skus if {"name": "CpuArchitectureType", "value": "x64"} in s["capabilities"]}
+        new_puts = vm_puts()[puts_before:]
+        assert new_puts
+        for b in new_puts:
+            assert b["properties"]["hardwareProfile"]["vmSize"] in x64
+            assert b["properties"]["storageProfile"]["imageReference"]["communityGalleryImageId"].split("/")[4] in (
+                "2204gen2containerd", "2204containerd")
+            assert b["tags"]["karpenter.sh_nodepool"] == "default-demo"
+        claims = wait_for(lambda: [c for c in api.list("NodeClaim")[0] if "aks-" + c["metadata"]["name"] not in arm_vms]
+                          if not arm_vms & {"aks-" + c["metadata"]["name"] for c in api.list("NodeClaim")[0]} else None,
+                          timeout=60, what="the arm64 NodeClaims gone")
+        assert {"aks-" + c["metadata"]["name"] for c in claims} == {n for n in fake.vms}
         vms = [c["status"]["providerID"].rsplit("/", 1)[-1] for c in claims]
         # scaled to zero: the empty nodes are consolidated away, their VMs and NICs deleted in Azure
         api.patch("Deployment", "inflate", {"spec": {"replicas": 0}}, "workshop")
