@@ -93,6 +93,12 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
         config, _ = load_config(str(kc))
         api = KubeClient(config, retry=RetryPolicy(attempts=5, base=0.05, cap=0.5))
         wait_for(lambda: api.list("NodePool")[0], timeout=60, what="the sandbox")
+        # the kubelet bootstrap token the settings name (conftest.TOKEN) expires in 5 hours
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 5 * 3600))
+        api.create({"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token", "metadata": {
+            "name": "bootstrap-token-abcdef", "namespace": "kube-system"}, "stringData": {
+            "token-id": "abcdef", "token-secret": "0123456789abcdef", "expiration": expires,
+            "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true"}})
         stand_in = BootstrapStandIn(fake, api)
         stand_in.thread.start()
         env = {**os.environ, **settings_env(fake, tmp_path)}
@@ -131,6 +137,14 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
         assert [i["id"].split("/")[4] for i in nc["status"]["images"]] == \
             ["2204gen2containerd", "2204containerd", "2204gen2arm64containerd"]
         assert nc["metadata"]["annotations"]["karpenter.azure.com/aksnodeclass-hash-version"] == "karpy-v1"
+        # the token's coming expiry is reported on the AKSNodeClass, and prices come from the Retail Prices API
+        expiring = wait_for(lambda: [e for e in api.list("Event", "default")[0]
+                                     if e["reason"] == "BootstrapTokenExpiring"], timeout=30, what="the token's Event")
+        assert expiring[0]["type"] == "Warning" and expiring[0]["involvedObject"]["name"] == "default-demo"
+        assert expires in expiring[0]["message"]
+        assert fake.calls("GET", r"^/api/retail/prices$")
+        wait_for(lambda: any(r.get("message") == "updated pricing" for r in ctrl.logs()), timeout=30,
+                 what="prices read from the Retail Prices API")
         # the Nodes join (the stand-in), Karpenter registers and initializes them, the four pods bind
         wait_for(lambda: len(bound(api)) == 4, timeout=90, what="the 4 workshop pods bound")
         nodes = {n["metadata"]["name"]: n for n in api.list("Node")[0]}

@@ -204,7 +204,8 @@ def test_rbac_is_deploys_least_privilege_rules():
     copy = (CHART / "files" / "rbac.yaml").read_text()
     assert copy == (ROOT / "deploy" / "rbac.yaml").read_text(), \
         "charts/karpy/files/rbac.yaml differs from deploy/rbac.yaml: run python scripts/gen_crds.py"
-    assert rules(render()) == rules(deploy)
+    # the kubelet bootstrap token's Role: with cloudProvider azure and the token in controller.env only
+    assert rules(render()) == {k: v for k, v in rules(deploy).items() if k != ("Role", "karpenter-bootstrap-token")}
     for b in kinds(render())["ClusterRoleBinding"] + kinds(render())["RoleBinding"]:
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "karpenter", "namespace": NAMESPACE}]
         assert b["roleRef"]["name"] == b["metadata"]["name"]
@@ -212,6 +213,25 @@ def test_rbac_is_deploys_least_privilege_rules():
     core = next(d for d in render("--set-json", f"additionalClusterRoleRules=[{json.dumps(extra)}]")
                 if d["metadata"]["name"] == "karpenter-core" and d["kind"] == "ClusterRole")
     assert core["rules"][-1] == extra
+
+
+def test_azure_reads_only_its_bootstrap_tokens_secret(tmp_path):
+    """cloudProvider azure: get on the Secret of the KUBELET_BOOTSTRAP_TOKEN in controller.env (kube-system/
+    bootstrap-token-<id>), bound to the service account, so karpy reports the token's expiry."""
+    docs = render("-f", str(azure_values(tmp_path)), "--set", "cloudProvider=azure")
+    role = next(d for d in kinds(docs)["Role"] if d["metadata"]["name"].endswith("-bootstrap-token"))
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                              "resourceNames": ["bootstrap-token-abcdef"]}]
+    binding = next(d for d in kinds(docs)["RoleBinding"] if d["metadata"]["name"] == role["metadata"]["name"])
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    sa = deployment(docs)["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    # the token through envFrom (a Secret): the chart cannot know its id, and grants nothing
+    plain = render("--set", "cloudProvider=azure", "--set", "settings.clusterName=demo")
+    assert not [d for d in kinds(plain).get("Role", []) if d["metadata"]["name"].endswith("-bootstrap-token")]
 
 
 def test_servicemonitor_only_where_prometheus_operator_is_served():

@@ -67,7 +67,9 @@ def granted() -> tuple[set[tuple[str, str, str]], list[tuple]]:
     return cluster, ns
 
 
-NAMESPACED_ONLY = {("coordination.k8s.io", "leases")}  # granted in the controller's namespace only
+# granted in the controller's namespace (kube-system) only: its Lease, and the Azure provider's kubelet bootstrap
+# token Secret
+NAMESPACED_ONLY = {("coordination.k8s.io", "leases"), ("", "secrets")}
 
 
 def test_every_call_is_classified():
@@ -125,6 +127,16 @@ def test_leases_only_in_the_controllers_namespace_and_by_name():
         assert have[("coordination.k8s.io", "leases", v)] == (LEASE_NAME,)
     assert have[("coordination.k8s.io", "leases", "create")] == ()
     assert not any((g, res) not in NAMESPACED_ONLY for g, res, _, _ in ns), "namespaced grants beyond the Lease"
+
+
+def test_secrets_only_the_bootstrap_tokens_and_only_get():
+    """The Azure provider reads its kubelet bootstrap token's Secret (kube-system/bootstrap-token-<id>) to report
+    its expiry: get, on that name only, never cluster-wide."""
+    need, _ = apicalls.permissions()
+    cluster, ns = granted()
+    assert ("", "secrets", "get") in need and not any(res == "secrets" for _, res, _ in cluster)
+    secrets = [(v, names) for g, res, v, names in ns if (g, res) == ("", "secrets")]
+    assert secrets == [("get", ("bootstrap-token-TOKENID",))]
 
 
 def test_bindings_name_existing_roles_and_the_service_account():

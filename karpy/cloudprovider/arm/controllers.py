@@ -2,7 +2,7 @@
 
 :class:`~.nodeclass.NodeClassController` keeps every AKSNodeClass's status, conditions and hash annotations;
 :class:`~.interruption.NodeConditionInterruption` turns spot evictions and scheduled terminations into
-interruptions.
+interruptions; :class:`~.tokencheck.BootstrapTokenCheck` reports the kubelet bootstrap token's expiry.
 
 :class:`GarbageCollector` (upstream's instance and NIC garbage collection): every 2 minutes, VMs of this
 cluster that no NodeClaim claims and that are older than 5 minutes are deleted with their Node; every 5
@@ -19,6 +19,7 @@ from ...kube.times import parse_time
 from .interruption import NodeConditionInterruption
 from .nodeclass import NodeClassController
 from .provider import GC_GRACE, AzureVMProvider, vm_name
+from .tokencheck import BootstrapTokenCheck
 
 VM_GC_PERIOD = 120.0
 NIC_GC_PERIOD = 300.0
@@ -151,7 +152,8 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
     log.info("discovered instance types", controller="cloudprovider", count=len(types.infos), location=s.location,
              **{"provision-mode": s.provision_mode})
     status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)
-    controllers = [GarbageCollector(mgr, api, provider, log), status, NodeConditionInterruption(provider, log)]
+    controllers = [GarbageCollector(mgr, api, provider, log), status, NodeConditionInterruption(provider, log),
+                   BootstrapTokenCheck(mgr, api, s.kubelet_bootstrap_token, recorder, log)]
     return provider, controllers, [_Closer(provider), PriceRefresher(types)]
 
 
