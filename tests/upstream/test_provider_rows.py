@@ -1,0 +1,87 @@
+"""Rows of upstream's AWS and Azure provider suites checked against karpy's NodeClass drift hash and the offline
+catalogs: a statically drifted NodeClass field drifts the NodeClaims launched from it; a NodeClaim without the
+stamped hash never NodeClass-drifts."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from test_disruption import NODE_LABELS, aks_class, claim_annotations, disruption_nodepool, ec2_class
+from karpy.disruption.drift import NODECLASS_HASH, drift_reason
+
+
+def _bdm(**ebs) -> list[dict]:
+    base = {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": False, "deleteOnTermination": False}
+    base.update(ebs)
+    return [{"deviceName": "/dev/xvda", "rootVolume": False, "ebs": base}]
+
+
+def _drifted(before: dict, after: dict) -> str | None:
+    np = disruption_nodepool()
+    return drift_reason(np, after, claim_annotations(np, before), NODE_LABELS)
+
+
+# upstream's base EC2NodeClass carries one block device mapping; each entry changes one static field
+_EC2_STATIC = {
+    "Context": {"context": "context-2"},
+    "InstanceStorePolicy": {"instanceStorePolicy": "RAID0"},
+    "AssociatePublicIPAddress": {"associatePublicIPAddress": True},
+    "MetadataOptions HTTPEndpoint": {"metadataOptions": {"httpEndpoint": "disabled"}},
+    "MetadataOptions HTTPProtocolIPv6": {"metadataOptions": {"httpProtocolIPv6": "enabled"}},
+    "MetadataOptions HTTPPutResponseHopLimit": {"metadataOptions": {"httpPutResponseHopLimit": 10}},
+    "MetadataOptions HTTPTokens": {"metadataOptions": {"httpTokens": "optional"}},
+    "BlockDeviceMapping DeviceName": {"blockDeviceMappings": [dict(_bdm()[0], deviceName="map-device-test-3")]},
+    "BlockDeviceMapping RootVolume": {"blockDeviceMappings": [dict(_bdm()[0], rootVolume=True)]},
+    "BlockDeviceMapping DeleteOnTermination": {"blockDeviceMappings": _bdm(deleteOnTermination=True)},
+    "BlockDeviceMapping Encrypted": {"blockDeviceMappings": _bdm(encrypted=True)},
+    "BlockDeviceMapping IOPS": {"blockDeviceMappings": _bdm(iops=10)},
+    "BlockDeviceMapping KMSKeyID": {"blockDeviceMappings": _bdm(kmsKeyID="test")},
+    "BlockDeviceMapping SnapshotID": {"blockDeviceMappings": _bdm(snapshotID="test")},
+    "BlockDeviceMapping Throughput": {"blockDeviceMappings": _bdm(throughput=10)},
+    "BlockDeviceMapping VolumeType": {"blockDeviceMappings": _bdm(volumeType="io1")},
+}
+
+
+def _ec2_base() -> dict:
+    return ec2_class(blockDeviceMappings=_bdm(), metadataOptions={
+        "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1,
+        "httpTokens": "required"})
+
+
+def _merged(base: dict, change: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in change.items():
+        if isinstance(v, dict) and isinstance(out["spec"].get(k), dict):
+            out["spec"][k] = {**out["spec"][k], **v}
+        else:
+            out["spec"][k] = copy.deepcopy(v)
+    return out
+
+
+class TestEC2StaticDrift:
+    @pytest.mark.parametrize("field", list(_EC2_STATIC))
+    def test_static_field_change_drifts(self, field):
+        base = _ec2_base()
+        assert _drifted(base, copy.deepcopy(base)) is None  # unchanged: not drifted
+        assert _drifted(base, _merged(base, _EC2_STATIC[field])) == "NodeClassDrift"
+
+    def test_no_hash_annotation_never_nodeclass_drifts(self):
+        np = disruption_nodepool()
+        ann = claim_annotations(np, ec2_class())
+        del ann[NODECLASS_HASH]
+        changed = ec2_class(tags={"Test Key": "Test Value"})
+        assert drift_reason(np, changed, ann, NODE_LABELS) is None
+        # the same change with the hash stamped does drift: the annotation is what is compared
+        assert drift_reason(np, changed, claim_annotations(np, ec2_class()), NODE_LABELS) == "NodeClassDrift"
+
+
+class TestAKSStaticDrift:
+    def test_subnet_change_drifts(self):
+        base = aks_class(vnetSubnetID="/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/"
+                                      "virtualNetworks/vnet/subnets/a")
+        after = copy.deepcopy(base)
+        after["spec"]["vnetSubnetID"] = after["spec"]["vnetSubnetID"][:-1] + "b"
+        assert _drifted(base, copy.deepcopy(base)) is None
+        assert _drifted(base, after) == "NodeClassDrift"
