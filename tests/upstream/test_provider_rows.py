@@ -85,3 +85,52 @@ class TestAKSStaticDrift:
         after["spec"]["vnetSubnetID"] = after["spec"]["vnetSubnetID"][:-1] + "b"
         assert _drifted(base, copy.deepcopy(base)) is None
         assert _drifted(base, after) == "NodeClassDrift"
+
+
+# --- Azure instance types (karpy's Azure catalog) -------------------------------------------------------------
+
+from karpy.cloudprovider import azure  # noqa: E402
+
+AZ_REGION = "eastus"
+NVIDIA = ("Standard_NC16as_T4_v3", "Standard_NC24ads_A100_v4")
+
+
+def _az_names(nodeclass_spec: dict | None) -> set[str]:
+    nc = None if nodeclass_spec is None else {"kind": "AKSNodeClass", "spec": nodeclass_spec}
+    return {it.name for it in azure.provider.instance_types(AZ_REGION, nc)}
+
+
+class TestAzureFilters:
+    def test_local_dns_disabled_keeps_two_vcpu_sizes(self):
+        names = _az_names({"localDNS": {"mode": "Disabled"}})
+        assert "Standard_D2s_v3" in names
+        assert names == _az_names(None)
+        assert "Standard_D2s_v3" not in _az_names({"localDNS": {"mode": "Required"}})  # the filter exists
+
+    def test_artifact_streaming_disabled_keeps_arm64(self):
+        its = azure.provider.instance_types(AZ_REGION, {"kind": "AKSNodeClass",
+                                                        "spec": {"artifactStreaming": {"enabled": False}}})
+        assert "Standard_D2ps_v5" in {it.name for it in its if it.labels["kubernetes.io/arch"] == "arm64"}
+
+    def test_azure_linux_offers_its_gpu_sizes(self):
+        names = _az_names({"imageFamily": "AzureLinux"})
+        assert set(NVIDIA) <= names
+
+    @pytest.mark.parametrize("gpu", [None, {"mode": "Driver"}, {"mode": "None"}], ids=["default", "Driver", "None"])
+    def test_gpu_mode_keeps_nvidia_and_non_gpu_sizes(self, gpu):
+        names = _az_names({} if gpu is None else {"gpu": gpu})
+        assert "Standard_NC16as_T4_v3" in names
+        assert "Standard_D2s_v3" in names
+
+
+class TestAzureCapacity:
+    def test_every_size_has_compute_capacity(self):
+        its = azure.provider.instance_types(AZ_REGION, None)
+        assert len(its) > 100
+        for it in its:
+            for r in ("cpu", "memory", "pods", "ephemeral-storage"):
+                assert it.capacity.get(r, 0) > 0, (it.name, r)
+
+    @pytest.mark.parametrize("cores, gib, cpu_m, mem_mi", [(4, 7, 140, 1638), (3, 64, 120, 5611)])
+    def test_kube_reserved(self, cores, gib, cpu_m, mem_mi):
+        assert azure.kube_reserved(cores, gib) == {"cpu": cpu_m, "memory": mem_mi * 2**20}
