@@ -876,20 +876,18 @@ class TestSpotToSpot:
         cmd = c.step().command
         assert cmd.replacements[0].requirements.get(LABEL_CAPACITY_TYPE).values == {CAPACITY_SPOT}
 
-    def test_spot_nodes_are_never_merged_into_a_new_spot_node(self):
-        # karpy keeps spot-to-spot replacement a single-node decision (the rule this project
-        # was specified with; upstream's code now also merges several spot nodes into one):
-        # several spot nodes may be deleted together, but never replaced by one new spot node.
+    def test_spot_nodes_merge_into_one_new_spot_node(self):
+        # as upstream: a multi-node merge of spot nodes may launch one cheaper spot node, and needs no 15
+        # spare types (that rule guards single-node spot replacement only)
         c = Cluster(feature_gates={"SpotToSpotConsolidation": True})
         c.nodepool(budgets=[{"nodes": "100%"}], requirements=[expr(LABEL_CAPACITY_TYPE, "In", CAPACITY_SPOT)])
         for i in range(4):
             c.node(f"s{i}", itype="std-2", capacity_type=CAPACITY_SPOT, pods=[dpod(cpu="0.6")])
         cmd = c.step().command
-        assert cmd is not None
-        assert not (cmd.method == "multi" and cmd.replacements)
-        if cmd.replacements:
-            assert len(cmd.candidates) == 1
-            assert_strictly_cheaper(cmd)
+        assert cmd.method == "multi" and names(cmd) == ["s0", "s1", "s2", "s3"]
+        assert len(cmd.replacements) == 1
+        assert cmd.replacements[0].requirements.get(LABEL_CAPACITY_TYPE).values == {CAPACITY_SPOT}
+        assert_strictly_cheaper(cmd)
 
 
 class TestMultiNodeConsolidation:

@@ -133,6 +133,50 @@ def worst_launch_price(it: InstanceType, reqs: Requirements) -> float:
     return float("inf")
 
 
+def _min_values_keys(types: Sequence[InstanceType], reqs: Requirements) -> tuple[int, list[str]]:
+    """Upstream's SatisfiesMinValues over price-ordered types: how many of the first types meet every
+    requirement's minValues, and the keys that even all of them leave short."""
+    mins = [r for r in reqs if r.min_values is not None]
+    if not mins:
+        return 0, []
+    seen: dict[str, set] = {r.key: set() for r in mins}
+    short = [r.key for r in mins]
+    for i, it in enumerate(types):
+        for r in mins:
+            if r.key == LABEL_INSTANCE_TYPE:
+                vals = {it.name}
+            elif r.key == LABEL_ZONE:
+                vals = {o.zone for o in it.offerings if o.available}
+            elif r.key == LABEL_CAPACITY_TYPE:
+                vals = {o.capacity_type for o in it.offerings if o.available}
+            else:
+                vals = {it.labels[r.key]} if r.key in it.labels else set()
+            seen[r.key] |= {v for v in vals if r.has(v)}
+        short = [r.key for r in mins if len(seen[r.key]) < r.min_values]
+        if not short:
+            return i + 1, []
+    return len(types), sorted(short)
+
+
+def _instance_types_req(reqs: Requirements, types: Sequence[InstanceType]) -> Requirement:
+    """The replacement's instance-type requirement: the kept types, with the NodePool's minValues still on it."""
+    old = reqs._reqs.get(LABEL_INSTANCE_TYPE)
+    return Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types],
+                           min_values=old.min_values if old is not None else None)
+
+
+def min_values_needed(types: Sequence[InstanceType], reqs: Requirements) -> int:
+    return _min_values_keys(types, reqs)[0]
+
+
+def min_values_short(types: Sequence[InstanceType], reqs: Requirements) -> str | None:
+    """Why these instance types break the requirements' minValues (None when they do not)."""
+    keys = _min_values_keys(types, reqs)[1]
+    if not keys:
+        return None
+    return f"minValues requirement is not met for label(s) (label(s)=[{' '.join(keys)}])"
+
+
 def _consolidate_after(np: dict) -> str:
     return str(((np.get("spec") or {}).get("disruption") or {}).get("consolidateAfter", "0s"))
 
@@ -173,7 +217,8 @@ def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared,
         destinations.append(e)
     # every pod that may move, for its constraints' topology groups (moving copies share them)
     placed = [p.info for n in snapshot.nodes for p in n.pods]
-    prep = Prepared(snapshot.templates, destinations, list(snapshot.pending_pods) + leaving + placed)
+    prep = Prepared(snapshot.templates, destinations, list(snapshot.pending_pods) + leaving + placed,
+                    respect_preferences=snapshot.respect_preferences)
     hit = memo[consolidation] = (prep, leaving)
     return hit
 
@@ -188,6 +233,7 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
     own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     pods = list(snapshot.pending_pods) + leaving + own
     sched = Scheduler.from_prepared(prep, exclude=names, hostname_prefix="disruption-placeholder",
+                                    min_values_best_effort=snapshot.min_values_best_effort,
                                     pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     sched.refine = refine
     r = sched.solve(pods)
@@ -364,29 +410,37 @@ class DisruptionEngine:
         price = sum(c.price for c in cands)
         reqs = rep.requirements
         all_spot = all(c.node.capacity_type == CAPACITY_SPOT for c in cands)
+        # cheapest first, before any truncation or minValues count (upstream's OrderByPrice)
+        ordered = sorted(rep.instance_types, key=lambda it: cheapest_launch_price(it, reqs))
         if all_spot and reqs.get(LABEL_CAPACITY_TYPE).has(CAPACITY_SPOT):
             if not snapshot.feature_gates.get("SpotToSpotConsolidation", False):
                 unconsolidatable("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
                 return None
-            if not single:
-                # spot-to-spot replacement is a single-node decision: a multi-node batch of spot
-                # nodes may only be deleted, never merged into one new spot node
-                return None
             reqs = reqs.copy()
             reqs.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_SPOT]))
-            types = [it for it in rep.instance_types if _offerings(it, reqs)]
+            types = [it for it in ordered if _offerings(it, reqs)]
             types = [it for it in types if worst_launch_price(it, reqs) < price]
+            short = min_values_short(types, reqs)
+            if short is not None:
+                unconsolidatable(f"Filtering by price: {short}")
+                return None
             if not types:
                 unconsolidatable("Can't replace with a cheaper node")
                 return None
-            if True:
+            if single:
+                # a multi-node merge needs no spare flexibility; a single spot node is only replaced when 15
+                # cheaper types leave it out of the launch set, which keeps max(15, what minValues needs)
                 if len(types) < SPOT_TO_SPOT_MIN_TYPES:
                     unconsolidatable("SpotToSpotConsolidation requires 15 cheaper instance type options than the "
                                      f"current candidate to consolidate, got {len(types)}")
                     return None
-                types = types[:SPOT_TO_SPOT_MIN_TYPES]
+                types = types[:max(SPOT_TO_SPOT_MIN_TYPES, min_values_needed(types, reqs))]
         else:
-            types = [it for it in rep.instance_types if worst_launch_price(it, reqs) < price]
+            types = [it for it in ordered if worst_launch_price(it, reqs) < price]
+            short = min_values_short(types, reqs)
+            if short is not None:
+                unconsolidatable(f"Filtering by price: {short}")
+                return None
             if not types:
                 unconsolidatable("Can't replace with a cheaper node")
                 return None
@@ -400,7 +454,7 @@ class DisruptionEngine:
                     unconsolidatable("Can't replace with a cheaper node")
                     return None
         reqs = reqs.copy()
-        reqs._reqs[LABEL_INSTANCE_TYPE] = Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types])
+        reqs._reqs[LABEL_INSTANCE_TYPE] = _instance_types_req(reqs, types)
         replacement = NewNodeClaim(rep.template, rep.hostname, reqs, types, rep.pods, rep.requests)
         savings = price - cheapest_launch_price(types[0], reqs)
         return Command(UNDERUTILIZED, method, list(cands), [replacement], savings=savings, results=sim.results)
@@ -469,11 +523,11 @@ class DisruptionEngine:
         rep = cmd.replacements[0]
         max_price = min((own[it.name] for it in rep.instance_types if it.name in own), default=float("inf"))
         types = [it for it in rep.instance_types if worst_launch_price(it, rep.requirements) < max_price]
-        if not types:
+        if not types or min_values_short(types, rep.requirements) is not None:
             return False
         if len(types) != len(rep.instance_types):
             reqs = rep.requirements.copy()
-            reqs._reqs[LABEL_INSTANCE_TYPE] = Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types])
+            reqs._reqs[LABEL_INSTANCE_TYPE] = _instance_types_req(reqs, types)
             cmd.replacements = [NewNodeClaim(rep.template, rep.hostname, reqs, types, rep.pods, rep.requests)]
         return True
 

@@ -153,6 +153,8 @@ class ClusterSnapshot:
     pending_pods: list[PodInfo] = field(default_factory=list)  # provisionable pods not yet placed
     pdbs: list[PDBState] = field(default_factory=list)
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    respect_preferences: bool = True  # preferencePolicy Respect (Ignore: simulations leave preferences out)
+    min_values_best_effort: bool = False  # minValuesPolicy BestEffort: simulations may relax minValues
     tolerations_for_daemons: tuple[Toleration, ...] = ()
     # NodePool -> NodeClaims (running, being deleted, being disrupted), for static NodePools' drift
     nodepool_counts: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
