@@ -61,6 +61,7 @@ tenancy / zone-id labels, capacity reservations.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping
 
@@ -456,7 +457,11 @@ class AWSProvider(CatalogProvider):
                 continue
             if family.is_windows and size["arch"] != "amd64":
                 continue  # Windows AMIs exist for amd64 only
-            out.append(self._instance_type(size, region, zones, prices, family, params))
+            it = self._instance_type(size, region, zones, prices, family, params)
+            if family.name == "AL2023" and size["name"].startswith("a1."):
+                # AL2023 does not boot on a1 (first-generation Graviton): listed, every offering unavailable
+                it = dataclasses.replace(it, offerings=[dataclasses.replace(o, available=False) for o in it.offerings])
+            out.append(it)
         return out
 
     def spot_savings(self, size: Mapping[str, Any], region: str, os_name: str) -> float:

@@ -134,3 +134,99 @@ class TestAzureCapacity:
     @pytest.mark.parametrize("cores, gib, cpu_m, mem_mi", [(4, 7, 140, 1638), (3, 64, 120, 5611)])
     def test_kube_reserved(self, cores, gib, cpu_m, mem_mi):
         assert azure.kube_reserved(cores, gib) == {"cpu": cpu_m, "memory": mem_mi * 2**20}
+
+
+# --- AWS instance types (karpy's AWS catalog) -----------------------------------------------------------------
+
+from karpy.cloudprovider import aws  # noqa: E402
+from karpy.cloudprovider.catalog import load_catalog  # noqa: E402
+
+MIB, GIB = 2**20, 2**30
+_M5 = next(s for s in load_catalog("aws")["sizes"] if s["name"] == "m5.large")
+M5_KUBE_RESERVED_MEM = (11 * 29 + 255) * MIB  # m5.large: 29 ENI-limited pods
+
+
+def _m5(spec: dict) -> tuple[dict, dict]:
+    return aws.provider.resources_for(_M5, {"kind": "EC2NodeClass", "spec": spec})
+
+
+def _al2023(**kubelet) -> dict:
+    return {"amiSelectorTerms": [{"alias": "al2023@latest"}], "kubelet": kubelet}
+
+
+class TestAWSEvictionOverhead:
+    """Only ``evictionHard`` sizes the eviction part of the overhead; ``evictionSoft`` never does."""
+
+    def mem_eviction(self, spec: dict) -> int:
+        return _m5(spec)[1]["memory"] - M5_KUBE_RESERVED_MEM
+
+    def test_default_is_100Mi(self):
+        assert self.mem_eviction(_al2023()) == 100 * MIB
+
+    def test_hard_100_percent_disables_the_threshold(self):
+        assert self.mem_eviction(_al2023(evictionHard={"memory.available": "100%"})) == 0
+
+    @pytest.mark.parametrize("soft", ["500Mi", "10%", "100%"])
+    def test_soft_alone_leaves_the_default(self, soft):
+        assert self.mem_eviction(_al2023(evictionSoft={"memory.available": soft},
+                                         evictionSoftGracePeriod={"memory.available": "1m"})) == 100 * MIB
+
+    @pytest.mark.parametrize("hard, soft", [("5%", "10%"), ("10%", "5%")])
+    def test_hard_percentage_wins_over_soft_percentage(self, hard, soft):
+        cap = _m5(_al2023())[0]["memory"]
+        want = -(-cap * int(hard[:-1]) // 100)
+        assert self.mem_eviction(_al2023(evictionHard={"memory.available": hard},
+                                         evictionSoft={"memory.available": soft})) == want
+
+    @pytest.mark.parametrize("soft", ["2Gi", "10%"], ids=["soft-quantity", "soft-percentage"])
+    def test_hard_quantity_wins_over_soft(self, soft):
+        assert self.mem_eviction(_al2023(evictionHard={"memory.available": "1Gi"},
+                                         evictionSoft={"memory.available": soft})) == GIB
+
+    def test_bottlerocket_ignores_soft(self):
+        br = {"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}
+        plain = _m5(br)[1]["memory"]
+        with_soft = _m5({**br, "kubelet": {"evictionSoft": {"memory.available": "1Gi"}}})[1]["memory"]
+        assert with_soft == plain
+
+
+_ALIASES = {"al2": {"amiSelectorTerms": [{"alias": "al2@latest"}]},
+            "windows2019": {"amiSelectorTerms": [{"alias": "windows2019@latest"}]},
+            "windows2022": {"amiSelectorTerms": [{"alias": "windows2022@latest"}]},
+            "windows2025": {"amiSelectorTerms": [{"alias": "windows2025@latest"}]},
+            "custom": {"amiFamily": "Custom", "amiSelectorTerms": [{"id": "ami-0123456789abcdef0"}]}}
+
+
+class TestAWSPods:
+    @pytest.mark.parametrize("family", list(_ALIASES))
+    def test_max_pods_is_honoured(self, family):
+        default = _m5(_ALIASES[family])[0]["pods"]
+        assert default != 7
+        assert _m5({**_ALIASES[family], "kubelet": {"maxPods": 7}})[0]["pods"] == 7
+
+    def test_pods_per_core_zero_is_the_eni_limited_default(self):
+        assert _m5(_al2023(podsPerCore=0))[0]["pods"] == 29
+
+
+class TestAWSEphemeralStorageDefaults:
+    @pytest.mark.parametrize("spec", [
+        _ALIASES["custom"],
+        {"amiSelectorTerms": [{"alias": "al2@latest"}],
+         "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeType": "gp3"}}]},
+        {"amiSelectorTerms": [{"alias": "bottlerocket@latest"}],
+         "blockDeviceMappings": [{"deviceName": "/dev/xvdb", "ebs": {"volumeType": "gp3"}}]},
+    ], ids=["custom-no-mappings", "al2-root-without-size", "bottlerocket-xvdb-without-size"])
+    def test_ebs_default_20Gi(self, spec):
+        assert _m5(spec)[0]["ephemeral-storage"] == 20 * GIB
+
+
+class TestAWSA1Compatibility:
+    @pytest.mark.parametrize("alias, available", [("al2023@latest", False), ("bottlerocket@latest", True)],
+                             ids=["AL2023", "Bottlerocket"])
+    def test_a1_offerings_follow_the_ami(self, alias, available):
+        its = {it.name: it for it in aws.provider.instance_types(
+            "us-east-1", {"kind": "EC2NodeClass", "spec": {"amiSelectorTerms": [{"alias": alias}]}})}
+        a1 = its["a1.medium"]
+        assert a1.offerings
+        assert {o.available for o in a1.offerings} == {available}
+        assert any(o.available for o in its["m6g.medium"].offerings)  # other Graviton types unaffected
