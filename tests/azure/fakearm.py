@@ -132,6 +132,10 @@ class FakeARM:
                 self.retail_prices[s["name"]] = {"on_demand": p["on_demand"], "spot": p.get("spot")}
         self.prices_page_size = 100
         self.price_failures = 0
+        # Microsoft.Compute usages of the location: ARM quota family (or "cores") -> (current vCPUs, limit)
+        self.usages: dict[str, tuple[int, int]] = {"cores": (0, 350)}
+        for sku in self.skus:
+            self.usages.setdefault(sku["family"], (0, 100))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -287,6 +291,7 @@ class FakeARM:
             ("nsgs", rg_rx + r"Microsoft\.Network/networkSecurityGroups$"),
             ("lbs", rg_rx + r"Microsoft\.Network/loadBalancers$"),
             ("skus", rf"(?i)^{sub}/providers/Microsoft\.Compute/skus$"),
+            ("usages", rf"(?i)^{sub}/providers/Microsoft\.Compute/locations/([^/]+)/usages$"),
             ("cig", rf"(?i)^{sub}/providers/Microsoft\.Compute/locations/([^/]+)/communityGalleries/([^/]+)/images/([^/]+)/versions$"),
             ("arg", r"(?i)^/providers/Microsoft\.ResourceGraph/resources$"),
             ("opstatus", r"^/fakeops/([^/]+)$"),
@@ -470,6 +475,12 @@ class FakeARM:
     def _skus(self, method, m, query, doc, fault):  # noqa: ANN001
         want = re.search(r"location eq '([^']+)'", query.get("$filter", ""))
         return 200, {}, {"value": [s for s in self.skus if not want or want.group(1) in s["locations"]]}
+
+    def _usages(self, method, m, query, doc, fault):  # noqa: ANN001
+        return 200, {}, {"value": [
+            {"unit": "Count", "currentValue": cur, "limit": lim, "name": {
+                "value": name, "localizedValue": "Total Regional vCPUs" if name == "cores" else f"{name} vCPUs"}}
+            for name, (cur, lim) in sorted(self.usages.items())]}
 
     def _subnet(self, method, m, query, doc, fault):  # noqa: ANN001
         rg, vnet, subnet = m.group(1), m.group(2), m.group(3)

@@ -143,6 +143,7 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
         assert expiring[0]["type"] == "Warning" and expiring[0]["involvedObject"]["name"] == "default-demo"
         assert expires in expiring[0]["message"]
         assert fake.calls("GET", r"^/api/retail/prices$")
+        assert fake.calls("GET", r"/providers/Microsoft\.Compute/locations/eastus/usages$")  # the families' quota
         wait_for(lambda: any(r.get("message") == "updated pricing" for r in ctrl.logs()), timeout=30,
                  what="prices read from the Retail Prices API")
         # the Nodes join (the stand-in), Karpenter registers and initializes them, the four pods bind

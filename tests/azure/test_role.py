@@ -24,6 +24,7 @@ ROLE = json.loads((ROOT / "iam" / "azure-controller-role.json").read_text())
 # SDK operation -> the Azure RBAC actions it needs (joins: what the request body references)
 OPERATIONS = {
     "compute.resource_skus.list": {"Microsoft.Compute/skus/read"},
+    "compute.usage.list": {"Microsoft.Compute/locations/usages/read"},
     "compute.community_gallery_image_versions.list": {"Microsoft.Compute/locations/communityGalleries/images/versions/read"},
     "compute.virtual_machines.get": {"Microsoft.Compute/virtualMachines/read"},
     "compute.virtual_machines.begin_create_or_update": {
@@ -51,6 +52,7 @@ POLLING = {"Microsoft.Compute/locations/operations/read", "Microsoft.Network/loc
 _RG = r"(?i)^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/"
 ROUTES = [
     ("GET", r"(?i)^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$", "compute.resource_skus.list"),
+    ("GET", r"(?i)^/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/[^/]+/usages$", "compute.usage.list"),
     ("GET", r"(?i)/communityGalleries/[^/]+/images/[^/]+/versions$", "compute.community_gallery_image_versions.list"),
     ("GET", _RG + r"Microsoft\.Compute/virtualMachines/[^/]+$", "compute.virtual_machines.get"),
     ("PUT", _RG + r"Microsoft\.Compute/virtualMachines/[^/]+$", "compute.virtual_machines.begin_create_or_update"),
@@ -97,6 +99,7 @@ def test_a_run_of_every_call_path_sends_only_calls_the_role_allows(fake, env, tm
     p, clock = make_provider(store.get)
     try:
         NodeClassController(store, store, p, lambda: "1.33.2", clock, store, store).reconcile("default")
+        assert p.quota.update()  # the families' vCPU quota
         out = p.create(claim())
         pid = out["status"]["providerID"]
         deadline = time.monotonic() + 10

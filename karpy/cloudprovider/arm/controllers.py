@@ -121,6 +121,7 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
     """The provider, its controllers and its background workers."""
     from .clients import ProviderConfigError, check_credential, error_message, make_clients
     from .pricing import PriceRefresher, Prices
+    from .quota import QuotaRefresher
     from .skus import InstanceTypes, list_skus_via
 
     s = settings.azure
@@ -154,7 +155,7 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
     status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)
     controllers = [GarbageCollector(mgr, api, provider, log), status, NodeConditionInterruption(provider, log),
                    BootstrapTokenCheck(mgr, api, s.kubelet_bootstrap_token, recorder, log)]
-    return provider, controllers, [_Closer(provider), PriceRefresher(types)]
+    return provider, controllers, [_Closer(provider), PriceRefresher(types), QuotaRefresher(provider.quota)]
 
 
 class _Closer:

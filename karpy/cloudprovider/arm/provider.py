@@ -31,6 +31,7 @@ from ...scheduling.requirements import Requirements
 from .. import azure as static
 from ..provider import CloudProviderError, InsufficientCapacityError, NodeClaimNotFoundError
 from ..types import (
+    CAPACITY_ON_DEMAND,
     CAPACITY_SPOT,
     LABEL_ARCH,
     LABEL_CAPACITY_TYPE,
@@ -97,7 +98,9 @@ class AzureVMProvider:
     def __init__(self, clients: Any, settings: AzureSettings, types: InstanceTypes,
                  nodeclass_lookup: Callable[[str, str], dict | None], cluster: Callable[[], dict],
                  delete_nodeclaim: Callable[[str], None] = lambda name: None, log: Any = None, recorder: Any = None,
-                 now: Callable[[], float] = time.time, poll_interval: float = POLL_INTERVAL):
+                 now: Callable[[], float] = time.time, poll_interval: float = POLL_INTERVAL, quota: Any = None):
+        from .quota import Quota, list_usages_via
+
         self.c = clients
         self.s = settings
         self.types = types
@@ -109,6 +112,8 @@ class AzureVMProvider:
         self.now = now
         self.poll_interval = poll_interval
         self.unavailable = Unavailable(now)
+        # the families' vCPU quota (refreshed by the controller's QuotaRefresher; unknown: every size available)
+        self.quota = quota if quota is not None else Quota(list_usages_via(clients.compute, settings.location), now, log)
         self.lock = threading.RLock()
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="azure-lro")
         self.deleting: set[str] = set()
@@ -141,10 +146,13 @@ class AzureVMProvider:
         return static.AzureProvider.REPAIR_POLICIES
 
     def ice_key(self) -> tuple:
-        return (self.unavailable.key(), self.types.version)
+        return (self.unavailable.key(), self.types.version, self.quota.seq)
 
     def _is_unavailable(self, it: InstanceType, o: Offering) -> bool:
         info = self.types.info(it.name)
+        if o.capacity_type == CAPACITY_ON_DEMAND and info is not None and \
+                not self.quota.has_quota_for(info.family, info.vcpus):
+            return True  # the family's vCPU quota is used up
         return self.unavailable.is_unavailable(o.capacity_type, it.name, o.zone, info.family if info else "",
                                                info.vcpus if info else 0)
 
