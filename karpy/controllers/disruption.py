@@ -109,6 +109,8 @@ class Disruption:
             if self.validate_at is not None and env.now() + 1e-9 < self.validate_at:
                 return self.validate_at - env.now()
             self._validate()
+            if self.validating is not None:  # the pass went on to single-node consolidation
+                return max(self.validate_at - env.now(), 0.0)
             return POLL_PERIOD
         c = env.cluster
         if not c.by_claim:
@@ -149,6 +151,17 @@ class Disruption:
                                    f"Consolidation rejected: {cmd.describe()}, reason: {why} (savings: ${cmd.savings:.2f})")
             self.env.log.info("abandoning disruption command, validation failed", controller=self.name,
                               command=cmd.describe(), reason=why)
+            if cmd.method == "multi":
+                # as upstream's pass: a multi-node command invalidated by the wait leaves the pass to
+                # single-node consolidation, computed now and validated after its own wait
+                step = self.engine.step(snap, after="multi")
+                for e in step.events:
+                    self.emit(e)
+                nxt = step.command
+                if nxt is not None:
+                    self._last_key = None
+                    self.validating = nxt
+                    self.validate_at = self.env.now() + VALIDATION_DELAY
             return
         self.start(fresh)
 

@@ -268,10 +268,15 @@ class DisruptionEngine:
     def _mark(self, method: str, version: int, now: float) -> None:
         self._consolidated[method] = (version, now)
 
-    def step(self, snapshot: ClusterSnapshot, version: int = 0) -> StepResult:
+    def step(self, snapshot: ClusterSnapshot, version: int = 0, after: str | None = None) -> StepResult:
+        """One pass of the methods in order (``after``: only the methods after that one, as upstream's pass goes
+        on when a method's command fails validation)."""
         out = StepResult(None)
-        for method in ("emptiness", "static_drift", "drift", "optimizer", "multi", "single"):
-            if method not in ("drift", "static_drift") and self._skip(method, version, snapshot.now):
+        methods = ("emptiness", "static_drift", "drift", "optimizer", "multi", "single")
+        if after is not None:
+            methods = methods[methods.index(after) + 1:]
+        for method in methods:
+            if method not in ("drift", "static_drift") and after is None and self._skip(method, version, snapshot.now):
                 continue
             cmd, constrained = getattr(self, f"_{method}")(snapshot, out.events)
             if cmd is not None:

@@ -1,0 +1,84 @@
+"""Disruption controller rows: what one pass does when its multi-node command fails validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers.harness import Harness, cond, cond_status, deleting, nodepool
+
+DISRUPTION = "disruption"
+QUEUE = "disruption.queue"
+RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+BIG = "c-16x-amd64-linux"
+
+
+def _node(h: Harness, pods: int, capacity: str) -> tuple[str, str]:
+    c, n = h.launch_node("default", instance_types=[BIG])
+    for _ in range(pods):
+        h.pod_on(n["metadata"]["name"], cpu="1", owner=RS)
+    h.reconcile("nodeclaim.disruption", c["metadata"]["name"])
+    return c["metadata"]["name"], n["metadata"]["name"]
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "spot"])
+def test_a_multi_node_command_invalidated_by_the_wait_goes_on_to_single_node_consolidation(h, capacity):
+    h.settings.feature_gates["SpotToSpotConsolidation"] = True
+    h.setup(nodepool(consolidate_after="0s", policy="WhenEmptyOrUnderutilized", capacity=(capacity,),
+                     budgets=[{"nodes": "100%"}]))
+    nodes = [_node(h, 1, capacity) for _ in range(3)]
+    h.clear_queue()
+    assert h.reconcile(DISRUPTION) == pytest.approx(15.0)
+    first = h.disruption.validating
+    assert first.method == "multi" and len(first.candidates) == 3
+    # during the wait the first two nodes get busier: the three-node command no longer holds
+    h.pod_on(nodes[0][1], cpu="1", owner=RS)
+    h.pod_on(nodes[1][1], cpu="1", owner=RS)
+    h.tick(15)
+    wait = h.reconcile(DISRUPTION)
+    # the same pass went on to single-node consolidation and waits for its validation
+    second = h.disruption.validating
+    assert second is not None and second.method == "single" and wait == pytest.approx(15.0)
+    assert [c.name for c in second.candidates] == [nodes[2][1]] and second.decision == "delete"
+    h.tick(15)
+    h.reconcile(DISRUPTION)
+    (r,) = list(h.disruption.queue.values())
+    h.reconcile(QUEUE, r.id)
+    assert deleting(h.get("NodeClaim", nodes[2][0]))
+    assert not any(deleting(h.get("NodeClaim", c)) for c, _ in nodes[:2])
+
+
+# --- the NodeClaim's disruption conditions (upstream pkg/controllers/nodeclaim/disruption/suite_test.go) ---------
+
+NC_DISRUPTION = "nodeclaim.disruption"
+IT = "c-4x-amd64-linux"
+
+
+def test_a_static_nodepools_nodeclaim_drifts_but_never_becomes_consolidatable(h):
+    np = nodepool(consolidate_after="30s", policy="WhenEmpty")
+    np["spec"]["replicas"] = 1
+    h.setup(np)
+    c, _ = h.launch_node(instance_types=[IT])
+    name = c["metadata"]["name"]
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}})
+    h.tick(60)  # well past consolidateAfter, and the node is empty
+    h.reconcile(NC_DISRUPTION, name)
+    got = h.get("NodeClaim", name)
+    assert cond_status(got, "Drifted") == "True"
+    assert cond(got, "Consolidatable") is None
+
+
+def test_drifted_and_consolidatable_are_removed_together(h):
+    h.setup(nodepool(consolidate_after="0s"))
+    c, _ = h.launch_node(instance_types=[IT])
+    name = c["metadata"]["name"]
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}})
+    h.reconcile(NC_DISRUPTION, name)
+    got = h.get("NodeClaim", name)
+    assert cond_status(got, "Drifted") == "True" and cond_status(got, "Consolidatable") == "True"
+    # the NodePool reverts (no longer drifted) and turns consolidation off, in one change
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"rev": None}}},
+                                             "disruption": {"consolidateAfter": "Never"}}})
+    assert "rev" not in (h.get("NodePool", "default")["spec"]["template"]["metadata"].get("labels") or {})
+    h.reconcile(NC_DISRUPTION, name)
+    got = h.get("NodeClaim", name)
+    assert cond(got, "Drifted") is None and cond(got, "Consolidatable") is None
