@@ -82,3 +82,35 @@ def test_drifted_and_consolidatable_are_removed_together(h):
     h.reconcile(NC_DISRUPTION, name)
     got = h.get("NodeClaim", name)
     assert cond(got, "Drifted") is None and cond(got, "Consolidatable") is None
+
+
+# --- a broken NodePool elsewhere does not stop consolidation ------------------------------------------------------
+
+BIG_NODE = "c-16x-amd64-linux"
+
+
+def _broken_pool(kind: str) -> dict:
+    np = nodepool("broken", consolidate_after="0s", policy="WhenEmptyOrUnderutilized")
+    if kind == "no-nodeclassref":
+        del np["spec"]["template"]["spec"]["nodeClassRef"]
+    else:
+        np["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "non-existent"
+    return np
+
+
+@pytest.mark.parametrize("kind", ["no-nodeclassref", "missing-nodeclass"])
+def test_a_nodepool_that_cannot_launch_does_not_stop_a_delete(h, kind):
+    # one instance type, so only a delete can save anything
+    h.setup(nodepool(consolidate_after="0s", policy="WhenEmptyOrUnderutilized", budgets=[{"nodes": "100%"}],
+                     requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [BIG_NODE]}]))
+    h.create(_broken_pool(kind))
+    busy = _node(h, 2, "on-demand")
+    light = _node(h, 1, "on-demand")
+    h.clear_queue()
+    assert h.reconcile(DISRUPTION) == pytest.approx(15.0)
+    h.tick(15)
+    h.reconcile(DISRUPTION)
+    (r,) = list(h.disruption.queue.values())
+    h.reconcile(QUEUE, r.id)
+    assert [c.name for c in r.command.candidates] == [light[1]] and not r.command.replacements
+    assert deleting(h.get("NodeClaim", light[0])) and not deleting(h.get("NodeClaim", busy[0]))

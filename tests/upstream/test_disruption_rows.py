@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 
 from disruption_helpers import Cluster, dpod, events_for, names, replacement_types
-from helpers import expr, instance_type, ladder
+from helpers import expr, instance_type, ladder, spread
 from karpy.cloudprovider.types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_SPOT,
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
+    LABEL_ZONE,
     Offering,
 )
 from karpy.disruption.methods import VALIDATION_DELAY, DisruptionEngine
@@ -194,3 +195,39 @@ class TestPreferencePolicy:
         else:
             assert cmd.decision == "replace" and "std-16" not in replacement_types(cmd)
             assert replacement_types(cmd)[0] == "std-1"
+
+
+# =====================================================================================
+# topology
+# =====================================================================================
+
+
+class TestTopology:
+    def test_a_replacement_keeps_the_zonal_spread(self):
+        # one app pod per zone (maxSkew 1); the zone-2 node is a dear std-16: its replacement must stay in zone 2
+        c = Cluster()
+        c.nodepool(requirements=[expr(LABEL_CAPACITY_TYPE, "In", CAPACITY_ON_DEMAND)])
+        zonal = [spread(LABEL_ZONE, 1, labels={"app": "web"})]
+        for zone, itype in (("test-zone-1", "std-2"), ("test-zone-2", "std-16"), ("test-zone-3", "std-2")):
+            c.node(zone, itype=itype, zone=zone, pods=[dpod(cpu="1", labels={"app": "web"}, spread=zonal)],
+                   annotations={} if itype == "std-16" else {"karpenter.sh/do-not-disrupt": "true"})
+        cmd = c.step().command
+        assert names(cmd) == ["test-zone-2"] and cmd.decision == "replace"
+        assert cmd.replacements[0].requirements.get(LABEL_ZONE).values == {"test-zone-2"}
+        assert replacement_types(cmd)[0] == "std-1"
+
+
+class TestParallelization:
+    @pytest.mark.parametrize("old_node_deleting", [True, False])
+    def test_a_node_launched_for_a_deleting_nodes_pods_is_not_consolidated(self, old_node_deleting):
+        # "new" (std-8) was launched for the five 1-cpu pods of "old", being deleted; two have moved so far
+        c = Cluster()
+        c.nodepool(requirements=[expr(LABEL_CAPACITY_TYPE, "In", CAPACITY_ON_DEMAND)])
+        if old_node_deleting:
+            c.node("old", itype="std-8", pods=[dpod(cpu="1") for _ in range(3)], marked_for_deletion=True)
+        c.node("new", itype="std-8", pods=[dpod(cpu="1") for _ in range(2)])
+        cmd = c.step().command
+        if old_node_deleting:
+            assert cmd is None  # the three pods still to come need the room
+        else:
+            assert names(cmd) == ["new"] and replacement_types(cmd)[0] == "std-2"
