@@ -114,3 +114,37 @@ def test_a_nodepool_that_cannot_launch_does_not_stop_a_delete(h, kind):
     h.reconcile(QUEUE, r.id)
     assert [c.name for c in r.command.candidates] == [light[1]] and not r.command.replacements
     assert deleting(h.get("NodeClaim", light[0])) and not deleting(h.get("NodeClaim", busy[0]))
+
+
+# --- the orchestration queue (upstream pkg/controllers/disruption/queue_test.go) ----------------------------------
+
+
+def test_two_commands_finish_in_the_order_their_replacements_initialize(h):
+    from controllers.test_disruption import _drift, _initialize, _new_claims, _node as _busy_node, _pass, _pool
+
+    h.setup(_pool(consolidate_after="Never", budgets=[{"nodes": "100%"}]))
+    first = _busy_node(h, pods=1, cpu="10")  # too big to share a node: each drift needs a replacement
+    second = _busy_node(h, pods=1, cpu="10")
+    _drift(h)
+    _pass(h)  # drift takes one node a pass, with no validation wait
+    (r1,) = h.disruption.queue.values()
+    h.launch(r1.replacements[0])  # no decision while a NodeClaim is not launched yet
+    _pass(h)
+    running = list(h.disruption.queue.values())
+    assert len(running) == 2
+    by_candidate = {r.claims[0]: r for r in running}
+    assert set(by_candidate) == {first[0], second[0]}
+    rep = {claim: by_candidate[claim].replacements[0] for claim, _ in (first, second)}
+    assert len(_new_claims(h, first[0], second[0])) == 2
+    # nothing initialized: both wait
+    for claim, _ in (first, second):
+        assert h.reconcile(QUEUE, by_candidate[claim].id) == pytest.approx(10.0)
+    # the second command's replacement initializes first: the second command finishes, the first keeps waiting
+    _initialize(h, rep[second[0]])
+    assert h.reconcile(QUEUE, by_candidate[first[0]].id) == pytest.approx(10.0)
+    assert h.reconcile(QUEUE, by_candidate[second[0]].id) is None
+    assert deleting(h.get("NodeClaim", second[0])) and not deleting(h.get("NodeClaim", first[0]))
+    assert list(h.disruption.queue) == [by_candidate[first[0]].id]
+    _initialize(h, rep[first[0]])
+    assert h.reconcile(QUEUE, by_candidate[first[0]].id) is None
+    assert deleting(h.get("NodeClaim", first[0])) and h.disruption.queue == {}
