@@ -209,7 +209,8 @@ def test_workshop_on_the_fake_arm(fake, tmp_path):
         claims = wait_for(lambda: [c for c in api.list("NodeClaim")[0] if "aks-" + c["metadata"]["name"] not in arm_vms]
                           if not arm_vms & {"aks-" + c["metadata"]["name"] for c in api.list("NodeClaim")[0]} else None,
                           timeout=60, what="the arm64 NodeClaims gone")
-        assert {"aks-" + c["metadata"]["name"] for c in claims} == {n for n in fake.vms}
+        wait_for(lambda: {"aks-" + c["metadata"]["name"] for c in api.list("NodeClaim")[0]} == set(fake.vms),
+                 timeout=30, what="one VM per NodeClaim")
         vms = [c["status"]["providerID"].rsplit("/", 1)[-1] for c in claims]
         # scaled to zero: the empty nodes are consolidated away, their VMs and NICs deleted in Azure
         api.patch("Deployment", "inflate", {"spec": {"replicas": 0}}, "workshop")
