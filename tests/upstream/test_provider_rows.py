@@ -230,3 +230,143 @@ class TestAWSA1Compatibility:
         assert a1.offerings
         assert {o.available for o in a1.offerings} == {available}
         assert any(o.available for o in its["m6g.medium"].offerings)  # other Graviton types unaffected
+
+
+# --- AWS scheduling against the catalog's instance types -------------------------------------------------------
+
+from helpers import expr, nodepool, pod, solve, template  # noqa: E402
+from karpy.provisioning.launch import launch_candidates  # noqa: E402
+
+AWS = "karpenter.k8s.aws/"
+AWS_REGION = "us-east-1"
+
+
+def _aws_types(spec: dict | None = None):
+    return aws.provider.instance_types(AWS_REGION, None if spec is None else {"kind": "EC2NodeClass", "spec": spec})
+
+
+def _aws_launch(p, reqs=(), types=None):
+    """The (instance type, offering) karpy launches for one pod, or None when it cannot schedule."""
+    t = template(nodepool(requirements=list(reqs)), types if types is not None else _aws_types(),
+                 provider_labels=aws.provider.WELL_KNOWN_LABELS)
+    r = solve(t, [p])
+    if not r.new_nodeclaims:
+        return None
+    (c,) = r.new_nodeclaims
+    first = launch_candidates(c.requirements, c.instance_types)[0]
+    return first.instance_type, first.offering
+
+
+# one value per AWS well-known label, read off a reference type that has it
+_LABEL_SOURCES = {"m5d.large": ("instance-category", "instance-family", "instance-generation", "instance-size",
+                                "instance-cpu", "instance-cpu-manufacturer", "instance-memory",
+                                "instance-hypervisor", "instance-network-bandwidth", "instance-ebs-bandwidth",
+                                "instance-local-nvme"),
+                  "c7i-flex.large": ("instance-encryption-in-transit-supported", "instance-capability-flex"),
+                  "g4dn.xlarge": ("instance-gpu-name", "instance-gpu-manufacturer", "instance-gpu-count",
+                                  "instance-gpu-memory"),
+                  "inf1.xlarge": ("instance-accelerator-name", "instance-accelerator-manufacturer",
+                                  "instance-accelerator-count")}
+_CORE = {"topology.kubernetes.io/zone": "us-east-1b", "karpenter.sh/capacity-type": "on-demand",
+         "kubernetes.io/arch": "arm64", "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "m6g.large",
+         "topology.kubernetes.io/region": AWS_REGION}
+
+
+def _label_cases():
+    types = {it.name: it for it in _aws_types()}
+    cases = [(AWS + k, types[src].labels[AWS + k]) for src, keys in _LABEL_SOURCES.items() for k in keys]
+    return cases + list(_CORE.items())
+
+
+def _node_value(it, off, key):
+    return {"topology.kubernetes.io/zone": off.zone, "karpenter.sh/capacity-type": off.capacity_type}.get(
+        key, it.labels.get(key))
+
+
+class TestAWSLabels:
+    @pytest.mark.parametrize("key, value", _label_cases(), ids=lambda v: str(v).split("/")[-1])
+    def test_each_well_known_label_schedules_onto_a_matching_type(self, key, value):
+        it, off = _aws_launch(pod(cpu="100m", node_selector={key: value}))
+        assert _node_value(it, off, key) == value
+
+    def test_combined_labels_pick_one_type_satisfying_all(self):
+        sel = {AWS + "instance-category": "m", AWS + "instance-generation": "5", AWS + "instance-size": "large",
+               AWS + "instance-cpu": "2", AWS + "instance-local-nvme": "75",
+               "topology.kubernetes.io/zone": "us-east-1c", "karpenter.sh/capacity-type": "spot"}
+        it, off = _aws_launch(pod(cpu="100m", node_selector=sel))
+        assert it.name == "m5d.large"
+        assert all(_node_value(it, off, k) == v for k, v in sel.items())
+
+    @pytest.mark.parametrize("sel, family", [
+        ({"instance-gpu-name": "t4", "instance-gpu-manufacturer": "nvidia", "instance-gpu-count": "1",
+          "instance-gpu-memory": "16384"}, "g4dn"),
+        ({"instance-accelerator-name": "inferentia", "instance-accelerator-manufacturer": "aws",
+          "instance-accelerator-count": "1"}, "inf1"),
+    ], ids=["gpu", "accelerator"])
+    def test_accelerator_labels(self, sel, family):
+        sel = {AWS + k: v for k, v in sel.items()}
+        it, _ = _aws_launch(pod(cpu="100m", node_selector=sel))
+        assert it.labels[AWS + "instance-family"] == family
+        assert all(it.labels[k] == v for k, v in sel.items())
+
+
+class TestAWSExtendedResourcesAndSizes:
+    def test_pod_eni_is_not_launched_on_t3(self):
+        p = pod(cpu="100m", requests={"vpc.amazonaws.com/pod-eni": "1"}, limits={"vpc.amazonaws.com/pod-eni": "1"})
+        assert _aws_launch(p, [expr(AWS + "instance-family", "In", "t3")]) is None
+        it, _ = _aws_launch(p)  # unrestricted: a type with pod-eni capacity
+        assert it.capacity.get("vpc.amazonaws.com/pod-eni", 0) >= 1
+
+    def test_metal_is_deprioritised(self):
+        # m5.metal is the cheaper of the two, yet the non-metal type is launched
+        types = {it.name: it for it in _aws_types()}
+        assert min(o.price for o in types["m5.metal"].offerings) < min(o.price for o in types["m6i.32xlarge"].offerings)
+        it, _ = _aws_launch(pod(cpu="60"), [expr("node.kubernetes.io/instance-type", "In", "m5.metal", "m6i.32xlarge")])
+        assert it.name == "m6i.32xlarge"
+
+    def test_launch_on_metal_when_asked(self):
+        it, _ = _aws_launch(pod(cpu="1", node_selector={AWS + "instance-size": "metal"}))
+        assert it.labels[AWS + "instance-size"] == "metal"
+
+    def test_flex_when_required(self):
+        it, _ = _aws_launch(pod(cpu="1", node_selector={AWS + "instance-capability-flex": "true"}))
+        assert "-flex" in it.labels[AWS + "instance-family"]
+
+    def test_no_flex_when_the_nodepool_disallows_it(self):
+        p = pod(cpu="1", node_selector={AWS + "instance-family": "c7i-flex"})
+        assert _aws_launch(p, [expr(AWS + "instance-capability-flex", "NotIn", "true")]) is None
+        assert _aws_launch(p) is not None  # the family alone schedules
+
+    def test_non_flex_when_required(self):
+        it, _ = _aws_launch(pod(cpu="1", node_selector={AWS + "instance-capability-flex": "false"}))
+        assert "-flex" not in it.labels[AWS + "instance-family"]
+
+    def test_neuron_on_trn1(self):
+        p = pod(cpu="1", requests={"aws.amazon.com/neuron": "1"}, limits={"aws.amazon.com/neuron": "1"})
+        it, _ = _aws_launch(p, [expr(AWS + "instance-family", "In", "trn1")])
+        assert it.name.startswith("trn1.") and it.capacity["aws.amazon.com/neuron"] >= 1
+
+    def test_amd_gpu(self):
+        p = pod(cpu="1", requests={"amd.com/gpu": "1"}, limits={"amd.com/gpu": "1"})
+        it, _ = _aws_launch(p)
+        assert it.name.startswith("g4ad.") and it.capacity["amd.com/gpu"] >= 1
+
+
+class TestAWSInstanceStoreEphemeral:
+    RAID0 = {"amiSelectorTerms": [{"alias": "al2023@latest"}], "instanceStorePolicy": "RAID0",
+             "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeSize": "10Gi"}}]}
+
+    def test_request_beyond_every_instance_store_does_not_schedule(self):
+        types = _aws_types(self.RAID0)
+        biggest = max(it.capacity["ephemeral-storage"] for it in types)
+        p = pod(cpu="100m", requests={"ephemeral-storage": str(biggest + 10**12)})
+        assert _aws_launch(p, types=types) is None
+
+    def test_request_beyond_the_root_volume_lands_on_an_instance_store_type(self):
+        types = _aws_types(self.RAID0)
+        it, _ = _aws_launch(pod(cpu="100m", requests={"ephemeral-storage": "100Gi"}), types=types)
+        assert int(it.labels[AWS + "instance-local-nvme"]) * 10**9 >= 100 * GIB
+        # without RAID0 only the 10Gi root volume counts, and the same request does not schedule
+        no_raid = {k: v for k, v in self.RAID0.items() if k != "instanceStorePolicy"}
+        assert _aws_launch(pod(cpu="100m", requests={"ephemeral-storage": "100Gi"}),
+                           types=_aws_types(no_raid)) is None
