@@ -370,3 +370,56 @@ class TestAWSInstanceStoreEphemeral:
         no_raid = {k: v for k, v in self.RAID0.items() if k != "instanceStorePolicy"}
         assert _aws_launch(pod(cpu="100m", requests={"ephemeral-storage": "100Gi"}),
                            types=_aws_types(no_raid)) is None
+
+
+# --- insufficient capacity on the one type that fits every pod: smaller nodes instead (karpy simulate) ----------
+
+import json  # noqa: E402
+
+import yaml  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from karpy.cli import main as cli_main  # noqa: E402
+
+_ICE_CASES = {
+    "aws": ("EC2NodeClass", "karpenter.k8s.aws", "karpenter.k8s.aws/v1",
+            {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "KarpenterNodeRole",
+             "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}]},
+            "us-east-1", "us-east-1a", ("m5.large", "m5.xlarge")),
+    "azure": ("AKSNodeClass", "karpenter.azure.com", "karpenter.azure.com/v1beta1", {"imageFamily": "Ubuntu2204"},
+              "eastus", "eastus-1", ("Standard_D2s_v5", "Standard_D4s_v5")),
+}
+
+
+@pytest.mark.parametrize("provider", list(_ICE_CASES))
+def test_insufficient_capacity_on_the_larger_type_launches_smaller_nodes(tmp_path, provider):
+    kind, group, version, nc_spec, region, zone, (small, large) = _ICE_CASES[provider]
+    pool = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": group, "kind": kind, "name": "default"},
+                "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [small, large]},
+                                 {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}},
+                     "disruption": {"consolidateAfter": "Never"}}}
+    nodeclass = {"apiVersion": version, "kind": kind, "metadata": {"name": "default"}, "spec": nc_spec}
+
+    def pod(name):  # two such pods do not fit on one `small` node
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeSelector": {"topology.kubernetes.io/zone": zone},
+                         "containers": [{"name": "c", "image": "app", "resources": {"requests": {"cpu": "1"}}}]}}
+
+    scenario = {"apiVersion": "karpy.dev/v1alpha1", "kind": "Scenario", "metadata": {"name": "ice"},
+                "spec": {"region": region, "steps": [
+                    {"unavailable": {"instanceTypes": [large], "zones": [zone], "capacityType": "on-demand"}},
+                    {"apply": [pod("a"), pod("b")]}, {"advance": "5m"}]}}
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([pool, nodeclass, scenario]))
+    r = CliRunner().invoke(cli_main, ["simulate", str(path), "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    items = json.loads(r.stdout)["items"]
+    status = next(i for i in items if i["kind"] == "SimulationSummary")["status"]
+    live = [c for c in status["nodeClaims"] if not c["launchFailed"]]
+    assert sorted(c["instanceType"] for c in live) == [small, small]
+    assert all(c["zone"] == zone for c in live)
+    pods = [i for i in items if i["kind"] == "Pod"]
+    assert {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")} == {"a", "b"}
