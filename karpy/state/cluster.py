@@ -18,6 +18,8 @@ disruption decisions.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
@@ -334,6 +336,14 @@ class Cluster:
         if e.state is None:
             e.state = P.pod_state(e.obj, e.info)
         return e.state
+
+    def moving_pod_state(self, e: PodEntry) -> PodState:
+        """The pod as a disruption simulation moves it: with its volumes' node requirements, as upstream's
+        scheduler injects them into every pod it places (a zonal volume keeps its pod in the zone)."""
+        st = self.pod_state(e)
+        if not has_volume_claims(e.obj):
+            return st
+        return dataclasses.replace(st, info=self.pod_info(e))
 
     # --- nodes and nodeclaims ------------------------------------------------------------------
     def _state_node(self, key: str) -> StateNode:
@@ -658,7 +668,7 @@ class Cluster:
         ann = ((sn.node or {}).get("metadata") or {}).get("annotations") or {}
         return NodeState(
             name=sn.name, nodeclaim=sn.claim_name, nodepool=sn.nodepool if sn.claim is not None else None, labels=labels,
-            instance_type=None, price=sn.price(), pods=[self.pod_state(e) for e in pods], existing=existing,
+            instance_type=None, price=sn.price(), pods=[self.moving_pod_state(e) for e in pods], existing=existing,
             initialized=sn.initialized(), ready=sn.ready() if sn.node is not None else False,
             registered=sn.node is not None, marked_for_deletion=sn.marked or sn.deleting(),
             terminating=False, queued=queued, nominated=nominated, annotations=ann,

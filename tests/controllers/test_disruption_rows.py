@@ -148,3 +148,82 @@ def test_two_commands_finish_in_the_order_their_replacements_initialize(h):
     _initialize(h, rep[first[0]])
     assert h.reconcile(QUEUE, by_candidate[first[0]].id) is None
     assert deleting(h.get("NodeClaim", first[0])) and h.disruption.queue == {}
+
+
+# --- simulate scheduling (upstream pkg/controllers/disruption/suite_test.go) --------------------------------------
+
+SS = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ss", "uid": "ss-uid", "controller": True}
+
+
+@pytest.mark.parametrize("source", ["local", "csi"])
+def test_a_node_whose_pod_mounts_a_local_volume_is_replaced(h, source):
+    """A local volume's hostname term is left out of the simulation (the pod is placed anew); a network volume
+    pinned to the node's hostname keeps the pod, and so the node."""
+    from controllers.test_disruption import _initialize, _new_claims, _pass, _pool
+
+    h.setup(_pool())
+    claim, node = h.launch_node("default", instance_types=[BIG_NODE])
+    claim = claim["metadata"]["name"]
+    node = node["metadata"]["name"]
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "local-vol"},
+          "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
+                   **({"local": {"path": "/mnt/disks/vol1"}} if source == "local" else
+                      {"csi": {"driver": "disk.example.com", "volumeHandle": "vol1"}}),
+                   # this volume exists only on this node
+                   "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                       {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "data", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path", "volumeName": "local-vol",
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+    sc = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "local-path"},
+          "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}
+    h.create(sc, pv, pvc)
+    h.pod_on(node, cpu="1", owner=SS, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    h.reconcile("nodeclaim.disruption", claim)
+    if source == "csi":
+        assert _pass(h) == pytest.approx(10.0) and h.disruption.validating is None
+        assert any("incompatible volume requirements" in e["message"]
+                   for e in h.events("Unconsolidatable", involved=node))
+        return
+    assert _pass(h) == pytest.approx(15.0)
+    h.tick(15)
+    _pass(h)
+    # the hostname term is left out of the simulation: the pod may move, to a cheaper replacement
+    (rep,) = _new_claims(h, claim)
+    _initialize(h, rep["metadata"]["name"])
+    (r,) = list(h.disruption.queue.values())
+    assert h.reconcile(QUEUE, r.id) is None
+    assert deleting(h.get("NodeClaim", claim))
+    assert [c["metadata"]["name"] for c in h.nodeclaims() if not deleting(c)] == [rep["metadata"]["name"]]
+
+
+def test_a_zonal_volume_keeps_its_pods_replacement_in_the_zone(h):
+    """Upstream's scheduler injects every moved pod's volume topology: a pod whose volume lives in one zone is
+    only moved to a replacement in that zone."""
+    from controllers.test_disruption import _new_claims, _pass, _pool
+
+    h.setup(_pool())
+    claim, node = h.launch_node("default", instance_types=[BIG_NODE])
+    claim, node = claim["metadata"]["name"], node["metadata"]["name"]
+    zone = h.get("Node", node)["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    other = next(z for z in ("test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d") if z != zone)
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "zonal"},
+          "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                   "csi": {"driver": "disk.example.com", "volumeHandle": "zonal"},
+                   "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                       {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {"name": "data", "namespace": "default", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": "zonal",
+                    "resources": {"requests": {"storage": "1Gi"}}}}
+    h.create(pv, pvc)
+    h.pod_on(node, cpu="1", owner=SS, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}])
+    h.reconcile("nodeclaim.disruption", claim)
+    assert _pass(h) == pytest.approx(15.0)
+    h.tick(15)
+    _pass(h)
+    (rep,) = _new_claims(h, claim)
+    zones = [r for r in rep["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"]
+    assert zones and all(r["operator"] == "In" and r["values"] == [zone] for r in zones), zones
+    assert other != zone
