@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,12 +36,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def ray_address(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray")
+    # Ray's socket paths under its temp dir must stay within 107 bytes: a short directory of its own, removed after
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     port = _free_port()
     ray_bin = Path(sys.executable).with_name("ray")
     # --block keeps `ray start` in the foreground: stopping its process group stops this cluster and nothing else
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "2", "--temp-dir", str(tmp / "t"), "--include-dashboard=false", "--disable-usage-stats",
+         "--num-cpus", "2", "--temp-dir", str(ray_tmp), "--include-dashboard=false", "--disable-usage-stats",
          "--object-store-memory", str(100 * 2**20)],
         stdout=open(tmp / "ray.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
     address = f"127.0.0.1:{port}"
@@ -64,6 +68,7 @@ def ray_address(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _sweep(tmp_path: Path, out: str, *extra: str) -> list[dict]:
