@@ -81,7 +81,17 @@ def holder(api) -> str | None:
 
 def consistent(api, *procs: Karpy) -> None:
     """No NodeClaim lost or doubled: every NodeClaim has its one Node, every Node its NodeClaim, and the
-    NodeClaims are exactly those the controllers logged creating."""
+    NodeClaims are exactly those the controllers logged creating. A NodeClaim launched a moment ago registers
+    its Node a moment later: the check waits for that (30 s at most) before it asserts."""
+
+    def registered() -> bool:
+        pids = {c.get("status", {}).get("providerID") for c in api.list("NodeClaim")[0]}
+        return pids == {n["spec"].get("providerID") for n in api.list("Node")[0]}
+
+    try:
+        wait_for(registered, timeout=30, what="every launched NodeClaim's Node")
+    except AssertionError:
+        pass  # the assertions below say what differs
     claims = api.list("NodeClaim")[0]
     nodes = api.list("Node")[0]
     by_pid = {c["status"].get("providerID") for c in claims}
