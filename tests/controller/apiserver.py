@@ -81,6 +81,13 @@ class FakeAPIServer:
         with self.api._lock:
             self.api._history_floor[kind] = self.api._rv + 1
 
+    def expire_and_cut(self, kind: str) -> None:
+        """:meth:`expire` and :meth:`cut_watches` at one instant: no open stream delivers a change made after the
+        history floor, so every watcher resumes from before it and is answered 410 Gone."""
+        with self.api._lock, self._lock:
+            self.api._history_floor[kind] = self.api._rv + 1
+            self._watch_gen += 1
+
     def kubeconfig(self, path: str) -> str:
         import yaml
 
@@ -211,7 +218,7 @@ class FakeAPIServer:
         try:
             while not self._stopping and gen == self._watch_gen:
                 ev = w.next(timeout=0.1)
-                if ev is None:
+                if ev is None or gen != self._watch_gen:  # an event taken after the cut is not sent
                     continue
                 h.wfile.write(json.dumps({"type": ev.type, "object": ev.object}).encode() + b"\n")
                 h.wfile.flush()
