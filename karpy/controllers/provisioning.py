@@ -56,6 +56,8 @@ POD_REQUEUE = 10.0
 CREATE_CONCURRENCY = 32  # NodeClaim creates in flight at once against a real API server
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 SIMULATION_KEYS = frozenset({"karpenter.sh/registered", "karpenter.sh/initialized"})  # never NodeClaim labels
+# "true" on a NodeClaim whose requirements' minValues minValuesPolicy BestEffort lowered, else "false"
+MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
 
 
 class PodTrigger:
@@ -482,6 +484,8 @@ class Provisioner:
         annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool, memo=True), NODEPOOL_HASH_VERSION: HASH_VERSION,
                             NODECLASS_HASH: nodeclass_hash(nodeclass, memo=True)})
         annotations.update(overlay_annotations(nc.instance_types))
+        if nc.min_values_relaxed is not None:  # as upstream's scheduler, on every NodeClaim a solve computed
+            annotations[MIN_VALUES_RELAXED] = "true" if nc.min_values_relaxed else "false"
         reqs = [r for r in nc.requirements.to_node_selector() if r["key"] != LABEL_HOSTNAME]
         spec: dict[str, Any] = {
             "nodeClassRef": dict(tspec.get("nodeClassRef") or {}),

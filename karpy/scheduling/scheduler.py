@@ -134,6 +134,8 @@ class NewNodeClaim:
     instance_types: list[InstanceType]  # cheapest first, capped at MAX_INSTANCE_TYPES
     pods: list[PodInfo]
     requests: dict[str, int]  # daemon overhead + pods
+    # whether minValuesPolicy BestEffort lowered a requirement's minValues (None: not decided by a solve)
+    min_values_relaxed: bool | None = None
 
 
 @dataclass
@@ -1009,8 +1011,12 @@ class Scheduler:
                     k -= 1
                     idx_k = idx[per_type >= k]
                     mv = _min_values_short(new_req, ts, idx_k)
-            if mv is not None and not self.min_values_best_effort:
-                return 0, None, None, mv
+            if mv is not None:
+                # minValuesPolicy BestEffort relaxes minValues only when a NodeClaim is opened; a NodeClaim already
+                # holding pods keeps the minValues it was opened with, as upstream's in-flight check is strict
+                if not self.min_values_best_effort or claim.pods:
+                    return 0, None, None, mv
+                new_req = _relax_min_values(new_req, ts, idx_k)
         return k, new_req, idx_k, None
 
     def _commit(self, cls: _Class, claim: _Claim, n: int, new_req: Requirements, new_idx: np.ndarray) -> None:
@@ -1412,7 +1418,8 @@ class Scheduler:
         final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
         total = claim.used + ts.daemon[int(kept[0])] if len(kept) else claim.used
         requests = {self.rnames[j]: v for j, v in enumerate(total.tolist()) if v}
-        return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests)
+        return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests,
+                            min_values_relaxed=_min_values_lowered(ts.tpl.requirements, final))
 
     def _truncation_breaks_min_values(self, claim: _Claim) -> str | None:
         """Upstream sends at most 60 instance types; minValues must still hold on those."""
@@ -1454,8 +1461,8 @@ def _has_min_values(req: Requirements) -> bool:
     return any(r.min_values is not None for r in req)
 
 
-def _min_values_short(req: Requirements, ts: _TemplateState, idx: np.ndarray) -> str | None:
-    """Why the remaining instance types cannot meet a requirement's minValues, if they cannot."""
+def _min_values_counts(req: Requirements, ts: _TemplateState, idx: np.ndarray) -> Iterable[tuple[Requirement, int]]:
+    """Each requirement with minValues, and how many of its values the instance types ``idx`` offer."""
     for r in req:
         if r.min_values is None:
             continue
@@ -1467,10 +1474,35 @@ def _min_values_short(req: Requirements, ts: _TemplateState, idx: np.ndarray) ->
             values = {o.capacity_type for i in idx for o in ts.types[int(i)].offerings if o.available}
         else:
             values = {ts.types[int(i)].labels[r.key] for i in idx if r.key in ts.types[int(i)].labels}
-        values = {v for v in values if r.has(v)}
-        if len(values) < r.min_values:
-            return f"minValues requirement is not met for label(s) ({r.key}: needs {r.min_values}, has {len(values)})"
+        yield r, len({v for v in values if r.has(v)})
+
+
+def _min_values_short(req: Requirements, ts: _TemplateState, idx: np.ndarray) -> str | None:
+    """Why the remaining instance types cannot meet a requirement's minValues, if they cannot."""
+    for r, n in _min_values_counts(req, ts, idx):
+        if n < r.min_values:
+            return f"minValues requirement is not met for label(s) ({r.key}: needs {r.min_values}, has {n})"
     return None
+
+
+def _relax_min_values(req: Requirements, ts: _TemplateState, idx: np.ndarray) -> Requirements:
+    """minValuesPolicy BestEffort: each minValues the instance types ``idx`` cannot meet lowered to what they offer."""
+    out = req.copy()
+    for r, n in list(_min_values_counts(req, ts, idx)):
+        if n < r.min_values:
+            out._reqs[r.key] = Requirement(r.key, r.complement, r.values, r.gte, r.lte, n)
+    return out
+
+
+def _min_values_lowered(template: Requirements, final: Requirements) -> bool:
+    """Whether some requirement ends with a lower minValues than the NodePool set (upstream's relaxed annotation)."""
+    for r in template:
+        if r.min_values is None:
+            continue
+        now = final.get(r.key).min_values
+        if now is not None and now < r.min_values:
+            return True
+    return False
 
 
 def _fmt_res(d: Mapping[str, int]) -> str:
