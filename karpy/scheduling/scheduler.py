@@ -176,7 +176,9 @@ class _TemplateState:
         self._prices: dict[tuple, np.ndarray] = {}
         # DaemonSet overhead per instance type: a daemon counts on the types it can run on
         daemon = np.zeros((n, nres), dtype=np.int64)
-        self.daemon_ports: set = set()
+        # host ports of DaemonSets, each with the types it runs on: a pod's ports conflict only where they run
+        self.daemon_ports: list[tuple[frozenset, np.ndarray]] = []
+        self._port_masks: dict[frozenset, np.ndarray] = {}
         node_reqs = tpl.requirements.union(launched_node_requirements())
         for p in tpl.daemon_pods:
             terms = p.required_terms or [Requirements()]
@@ -195,7 +197,8 @@ class _TemplateState:
                 if j is not None:
                     vec[j] = v
             daemon[mask] += vec
-            self.daemon_ports.update(p.host_ports)
+            if p.host_ports:
+                self.daemon_ports.append((p.host_ports, mask))
         self.daemon = daemon
         self.alloc = alloc - daemon  # what pods can use on each type
         self.all_idx = np.arange(n, dtype=np.int64)
@@ -203,6 +206,19 @@ class _TemplateState:
         order = sorted(range(n), key=lambda i: self.types[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
+
+    def port_mask(self, ports: frozenset) -> np.ndarray | None:
+        """Types on which no DaemonSet that runs there uses one of ``ports`` (None: every type)."""
+        if not self.daemon_ports:
+            return None
+        m = self._port_masks.get(ports)
+        if m is None:
+            m = np.ones(len(self.types), dtype=bool)
+            for dports, runs in self.daemon_ports:
+                if _ports_conflict(ports, dports):
+                    m &= ~runs
+            self._port_masks[ports] = m
+        return m
 
     def prices(self, reqs: Requirements) -> np.ndarray:
         """Per type, the cheapest available offering the zone and capacity-type requirements allow (inf if none)."""
@@ -249,7 +265,7 @@ class _Claim:
         self.idx = idx
         self.used = np.zeros(ts.alloc.shape[1], dtype=np.int64)
         self.pods: list[PodInfo] = []
-        self.host_ports: set = set(ts.daemon_ports)
+        self.host_ports: set = set()  # of its pods (DaemonSets' ports are per instance type: ts.port_mask)
         self.seq = seq
         self.placed: list[tuple["_Class", int]] = []
         # its place among NodeClaims holding as many pods (see Scheduler._place_in_flight): a new one comes after
@@ -990,6 +1006,12 @@ class Scheduler:
             idx = idx[mask[idx]]
             if not len(idx):
                 return 0, None, None, "no instance type satisfied the requirements"
+        if cls.rep.host_ports:
+            ports_ok = ts.port_mask(cls.rep.host_ports)
+            if ports_ok is not None:
+                idx = idx[ports_ok[idx]]
+                if not len(idx):
+                    return 0, None, None, "host port conflict"
         # how many pods of this size each remaining type can still take
         nz = cls.nz
         per_type = None
