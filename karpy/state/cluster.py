@@ -113,7 +113,7 @@ class StateNode:
         self.marked = False
         self.nominated_until = 0.0
         self.version = 0
-        self._existing: tuple[int, ExistingNode] | None = None
+        self._existing: tuple[tuple[int, int], ExistingNode] | None = None
         self._state: tuple[tuple, NodeState] | None = None
         self._res: dict[str, tuple[Any, dict[str, int]]] = {}
 
@@ -599,17 +599,22 @@ class Cluster:
 
     def daemon_pods(self) -> list[PodInfo]:
         """One compiled pod per DaemonSet template, for overhead."""
+        hit = getattr(self, "_daemon_pods_cache", None)
+        if hit is not None and hit[0] == self.daemonsets_version:
+            return list(hit[1])
         out = []
         for (ns, name), ds in sorted(self.daemonsets.items()):
             tmpl = (ds.get("spec") or {}).get("template") or {}
             pobj = {"metadata": {**(tmpl.get("metadata") or {}), "name": name, "namespace": ns, "uid": f"ds/{ns}/{name}"},
                     "spec": tmpl.get("spec") or {}}
             out.append(self.compiler.compile(pobj))
-        return out
+        self._daemon_pods_cache = (self.daemonsets_version, out)
+        return list(out)
 
     def existing_node(self, sn: StateNode, nominated: list[PodEntry] = ()) -> ExistingNode:
         """How the scheduler sees this node: bound pods, plus pods nominated to it."""
-        if not nominated and sn._existing is not None and sn._existing[0] == sn.version:
+        version = (sn.version, self.daemonsets_version)
+        if not nominated and sn._existing is not None and sn._existing[0] == version:
             return sn._existing[1]
         startup = {_taint_key(t) for t in sn.startup_taints()}
         taints = tuple(Taint.from_obj(t) for t in sn.taints() if _taint_key(t) not in startup
@@ -619,8 +624,12 @@ class Cluster:
         if sn.node is None:
             labels.pop("kubernetes.io/hostname", None)
         requested = dict(sn.requested)
-        if sn.node is None and sn.claim is not None:
-            requested = res.add(requested, self._claim_daemon_requests(sn))
+        if sn.claim is not None:
+            # as upstream: the DaemonSet pods that will run there hold their room until they bind (then they count
+            # among the bound pods, once: what DaemonSet pods already bound request is taken off)
+            bound_ds = sn.daemon_requested
+            to_come = {k: v - bound_ds.get(k, 0) for k, v in self._claim_daemon_requests(sn).items() if v > bound_ds.get(k, 0)}
+            requested = res.add(requested, to_come)
         if nominated:
             requested = res.add(requested, res.total(e.info.requests for e in nominated))
         ports = set(sn.ports)
@@ -630,7 +639,7 @@ class Cluster:
             schedulable=not sn.unschedulable(), initialized=sn.initialized(), capacity=sn.capacity(),
         )
         if not nominated:
-            sn._existing = (sn.version, e)
+            sn._existing = (version, e)
         return e
 
     def _claim_daemon_requests(self, sn: StateNode) -> dict[str, int]:
