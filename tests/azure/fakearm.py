@@ -108,6 +108,11 @@ class FakeARM:
         self.vms: dict[str, dict] = {}
         self.nics: dict[str, dict] = {}
         self.extensions: dict[tuple[str, str], dict] = {}
+        # the AKS machine API: machines (by lower-case name) of the agent pools of mode Machines of one cluster
+        self.machines: dict[str, dict] = {}
+        self.machine_pools = {"machines"}
+        self.cluster = ("rg", "workshop")  # (resource group, managed cluster)
+        self.machines_page_size = 1000
         self.ops: dict[str, dict] = {}
         self.faults: list[Fault] = []
         self.throttles: dict[str, int] = {}
@@ -283,7 +288,11 @@ class FakeARM:
     def _arm(self, method: str, path: str, query: dict, doc: Any) -> tuple[int, dict, Any]:
         sub = f"/subscriptions/{SUBSCRIPTION}"
         rg_rx = rf"(?i)^{sub}/resourceGroups/([^/]+)/providers/"
+        mc = rg_rx + r"Microsoft\.ContainerService/managedClusters/([^/]+)/agentPools/([^/]+)/"
         routes = [
+            ("machine", mc + r"machines/([^/]+)$"),
+            ("machines", mc + r"machines$"),
+            ("deletemachines", mc + r"deleteMachines$"),
             ("vm.ext", rg_rx + r"Microsoft\.Compute/virtualMachines/([^/]+)/extensions/([^/]+)$"),
             ("vm", rg_rx + r"Microsoft\.Compute/virtualMachines/([^/]+)$"),
             ("nic", rg_rx + r"Microsoft\.Network/networkInterfaces/([^/]+)$"),
@@ -302,8 +311,9 @@ class FakeARM:
                 break
         else:
             return self._error(404, "InvalidResourceType", f"the fake has no route for {method} {path}")
-        op = f"{kind}.{method.lower()}" if kind in ("vm", "nic", "vm.ext") else kind
-        name = m.group(2).lower() if kind in ("vm", "nic", "vm.ext") else None
+        op = f"{kind}.{method.lower()}" if kind in ("vm", "nic", "vm.ext", "machine") else kind
+        name = m.group(2).lower() if kind in ("vm", "nic", "vm.ext") else \
+            m.group(4).lower() if kind == "machine" else None
         if self.throttles.get(op):
             self.throttles[op] -= 1
             return self._error(429, "TooManyRequests", "throttled (injected)", {"Retry-After": "0"})
@@ -544,3 +554,90 @@ class FakeARM:
             out["$skipToken"] = str(start + self.page_size)
         return 200, {}, out
 
+    # --- the AKS machine API ------------------------------------------------------------------
+    def _pool(self, m) -> tuple[str, str, str] | tuple[int, dict, Any]:  # noqa: ANN001
+        rg, cluster, pool = m.group(1), m.group(2), m.group(3)
+        if (rg.lower(), cluster.lower()) != tuple(x.lower() for x in self.cluster):
+            return self._error(404, "ResourceNotFound", f"managed cluster {cluster} in {rg} not found")
+        if pool.lower() not in self.machine_pools:
+            return self._error(404, "NotFound", f"agent pool {pool} not found")
+        return rg, cluster, pool
+
+    def _machine(self, method, m, query, doc, fault):  # noqa: ANN001
+        """GET and PUT of one machine: a PUT makes the machine (Creating), whose VM lives in the node resource
+        group as aks-<pool>-<machine>-<cluster id>-vm; the operation ends Succeeded, or Failed (a late fault)
+        with status.provisioningError whose first detail is the VM's error. The API reports priority only for
+        spot machines."""
+        pool = self._pool(m)
+        if isinstance(pool[0], int):
+            return pool
+        rg, cluster, pool = pool
+        name = m.group(4)
+        key = name.lower()
+        machine = self.machines.get(key)
+        if method == "GET":
+            if machine is None:
+                return self._error(404, "NotFound", f"machine {name} not found in agent pool {pool}")
+            return 200, {}, self._public(machine)
+        if method != "PUT":
+            return self._error(405, "MethodNotAllowed", f"{method} of a machine")
+        if machine is not None:
+            return 200, {}, self._public(machine)
+        props = dict((doc or {}).get("properties") or {})
+        if props.get("priority") == "Regular":
+            props.pop("priority")
+        vm = f"aks-{pool}-{name}-{CLUSTER_ID}-vm"
+        props.update({"provisioningState": "Creating", "resourceId": self._id(
+            self.node_rg, "Microsoft.Compute/virtualMachines", vm), "status": {"creationTimestamp": _now()}})
+        machine = {"id": self._id(rg, "Microsoft.ContainerService/managedClusters", f"{cluster}/agentPools/{pool}/"
+                                  f"machines/{name}"), "name": name,
+                   "type": "Microsoft.ContainerService/managedClusters/agentPools/machines", "properties": props}
+        if (doc or {}).get("zones"):
+            machine["zones"] = list(doc["zones"])
+        self.machines[key] = machine
+        if fault is not None:
+            detail = {"code": fault.code, "message": fault.message}
+
+            def failed() -> None:
+                machine["properties"]["provisioningState"] = "Failed"
+                machine["properties"]["status"]["provisioningError"] = {
+                    "code": "VMCreationFailed", "message": f"creating the VM of machine {name} failed",
+                    "details": [detail]}
+            return 201, self._op(failed, {"code": "VMCreationFailed", "message": fault.message,
+                                          "details": [detail]}), self._public(machine)
+
+        def succeeded() -> None:
+            machine["properties"]["provisioningState"] = "Succeeded"
+        return 201, self._op(succeeded), self._public(machine)
+
+    def _machines(self, method, m, query, doc, fault):  # noqa: ANN001
+        pool = self._pool(m)
+        if isinstance(pool[0], int):
+            return pool
+        rows = sorted((x for x in self.machines.values()), key=lambda x: x["name"])
+        start = int(query.get("$skipToken") or 0)
+        out: dict[str, Any] = {"value": [self._public(x) for x in rows[start:start + self.machines_page_size]]}
+        if start + self.machines_page_size < len(rows):
+            out["nextLink"] = (f"{self.url}{urllib.parse.quote(m.group(0))}?api-version="
+                               f"{query.get('api-version', '')}&$skipToken={start + self.machines_page_size}")
+        return 200, {}, out
+
+    def _deletemachines(self, method, m, query, doc, fault):  # noqa: ANN001
+        """POST deleteMachines {"machineNames": [...]}: the machines turn Deleting, then are gone."""
+        pool = self._pool(m)
+        if isinstance(pool[0], int):
+            return pool
+        if method != "POST":
+            return self._error(405, "MethodNotAllowed", f"{method} of deleteMachines")
+        names = [str(n).lower() for n in ((doc or {}).get("machineNames") or ())]
+        missing = [n for n in names if n not in self.machines]
+        if not names or missing:
+            return self._error(404, "NotFound", f"machines {', '.join(missing) or '(none)'} not found")
+        for n in names:
+            self.machines[n]["properties"]["provisioningState"] = "Deleting"
+
+        def gone() -> None:
+            for n in names:
+                self.machines.pop(n, None)
+        err = {"code": fault.code, "message": fault.message} if fault is not None and fault.late else None
+        return 202, self._op(gone if err is None else (lambda: None), err), None

@@ -67,7 +67,7 @@ def test_settings_use_upstreams_names_and_arm_fallbacks(env, monkeypatch):
     ("KUBELET_BOOTSTRAP_TOKEN", "not-a-token", "KUBELET_BOOTSTRAP_TOKEN (--kubelet-bootstrap-token): invalid value"),
     ("VNET_SUBNET_ID", "subnet-1", "VNET_SUBNET_ID (--vnet-subnet-id): invalid value \"subnet-1\""),
     ("NETWORK_PLUGIN", "kubenet", "must be azure or none"),
-    ("PROVISION_MODE", "aksmachineapi", "not supported by karpy yet"),
+    ("PROVISION_MODE", "aksmachineapiheaderbatch", "not supported by karpy yet"),
     ("ARM_CLOUD", "AzurePublicCloud", "ARM_CLOUD and AZURE_ENVIRONMENT_FILEPATH are both set"),
     ("AZURE_ENVIRONMENT_FILEPATH", "/nonexistent.json", "AZURE_ENVIRONMENT_FILEPATH: cannot read"),
 ])

@@ -27,6 +27,7 @@ class AzureClients:
     graph: Any
     credential: Any
     subscription_id: str
+    arm: Any = None  # a bare ARM pipeline (the AKS machine API, which the stable SDK cannot create machines with)
 
 
 def error_code(e: BaseException) -> str:
@@ -70,7 +71,26 @@ def make_clients(s: AzureSettings) -> AzureClients:
         compute=ComputeManagementClient(credential, s.subscription_id, **common),
         network=NetworkManagementClient(credential, s.subscription_id, **common),
         graph=ResourceGraphClient(credential, **common),
-        credential=credential, subscription_id=s.subscription_id)
+        credential=credential, subscription_id=s.subscription_id,
+        arm=arm_pipeline(credential, s) if s.provision_mode != "aksscriptless" else None)
+
+
+def arm_pipeline(credential: Any, s: AzureSettings) -> Any:
+    """An ``ARMPipelineClient`` with the policies the generated management clients use: bearer tokens for the
+    cloud's scope (with ARM's claims challenges), retries of 408/429/5xx honouring ``Retry-After``, redirects,
+    request IDs and ARM's HTTP logging. azure-mgmt-containerservice's stable API has no machine PUT (only GET,
+    list and deleteMachines), so karpy sends the AKS machine API's requests through this pipeline."""
+    from azure.core.pipeline import policies
+    from azure.mgmt.core import ARMPipelineClient
+    from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy, ARMHttpLoggingPolicy
+
+    chain = [policies.RequestIdPolicy(), policies.HeadersPolicy(),
+             policies.UserAgentPolicy(sdk_moniker="karpy-aksmachines"), policies.ProxyPolicy(),
+             policies.ContentDecodePolicy(), policies.RedirectPolicy(), policies.RetryPolicy(),
+             ARMChallengeAuthenticationPolicy(credential, s.cloud.scope), policies.CustomHookPolicy(),
+             policies.NetworkTraceLoggingPolicy(), policies.DistributedTracingPolicy(),
+             policies.SensitiveHeaderCleanupPolicy(), ARMHttpLoggingPolicy()]
+    return ARMPipelineClient(base_url=s.cloud.resource_manager, policies=chain)
 
 
 def check_credential(c: AzureClients, s: AzureSettings, timeout: float = 5.0) -> None:

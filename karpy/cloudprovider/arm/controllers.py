@@ -148,8 +148,11 @@ def build_azure(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, lo
         except Exception:  # noqa: BLE001 - already gone
             pass
 
-    provider = AzureVMProvider(clients, s, types, lambda kind, name: mgr.get(kind, name), cluster,
-                               delete_nodeclaim=delete_nodeclaim, log=log, recorder=recorder)
+    cls = AzureVMProvider
+    if s.provision_mode == "aksmachineapi":  # machines of an AKS agent pool (karpy.cloudprovider.arm.machines)
+        from .machines import AKSMachineProvider as cls
+    provider = cls(clients, s, types, lambda kind, name: mgr.get(kind, name), cluster,
+                   delete_nodeclaim=delete_nodeclaim, log=log, recorder=recorder)
     log.info("discovered instance types", controller="cloudprovider", count=len(types.infos), location=s.location,
              **{"provision-mode": s.provision_mode})
     status = NodeClassController(mgr, api, provider, lambda: server_version(api), clock, recorder, log)

@@ -10,7 +10,9 @@ kubelet identity's resource ID, comma separated), ``LINUX_ADMIN_USERNAME`` (azur
 (k=v,...), ``DNS_SERVICE_IP`` (10.0.0.10), ``KUBELET_IDENTITY_CLIENT_ID``, ``VM_MEMORY_OVERHEAD_PERCENT``
 (0.075). The cloud: ``ARM_CLOUD`` (AzurePublicCloud, AzureChinaCloud, AzureUSGovernmentCloud) or
 ``AZURE_ENVIRONMENT_FILEPATH`` (a JSON file with ``resourceManagerEndpoint``, ``activeDirectoryEndpoint`` and
-``tokenAudience``, for Azure Stack and other clouds), not both.
+``tokenAudience``, for Azure Stack and other clouds), not both. ``PROVISION_MODE=aksmachineapi`` (machines of
+an AKS agent pool of mode ``Machines``, :mod:`.machines`) also needs ``AKS_MACHINES_POOL_NAME`` and
+``ARM_RESOURCE_GROUP``, as upstream.
 
 This module does not import the Azure SDK.
 """
@@ -38,7 +40,10 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "linux_admin_username": ("LINUX_ADMIN_USERNAME", "azure: the nodes' admin user [LINUX_ADMIN_USERNAME; default: azureuser]."),
     "node_identities": ("NODE_IDENTITIES", "azure: user-assigned identities of the nodes, comma separated [NODE_IDENTITIES]."),
     "kubelet_identity_client_id": ("KUBELET_IDENTITY_CLIENT_ID", "azure: the kubelet identity's client ID [KUBELET_IDENTITY_CLIENT_ID]."),
-    "provision_mode": ("PROVISION_MODE", "azure: aksscriptless [PROVISION_MODE; default: aksscriptless]."),
+    "provision_mode": ("PROVISION_MODE", "azure: aksscriptless (VMs karpy creates) or aksmachineapi (machines of an "
+                                         "AKS agent pool) [PROVISION_MODE; default: aksscriptless]."),
+    "aks_machines_pool_name": ("AKS_MACHINES_POOL_NAME", "azure: the agent pool (mode Machines) of the AKS machines, "
+                                                         "required with PROVISION_MODE=aksmachineapi [AKS_MACHINES_POOL_NAME]."),
     "additional_tags": ("ADDITIONAL_TAGS", "azure: tags of every VM and NIC, k=v,... [ADDITIONAL_TAGS]."),
     "dns_service_ip": ("DNS_SERVICE_IP", "azure: the cluster DNS address kubelet uses [DNS_SERVICE_IP; default: 10.0.0.10]."),
     "arm_cloud": ("ARM_CLOUD", "azure: AzurePublicCloud, AzureChinaCloud or AzureUSGovernmentCloud [ARM_CLOUD]."),
@@ -53,7 +58,9 @@ ENV = {k: v[0] for k, v in OPTIONS.items()}
 FALLBACK_ENV = {"subscription_id": "ARM_SUBSCRIPTION_ID", "tenant_id": "ARM_TENANT_ID"}
 
 PROVISION_MODES = ("aksscriptless", "aksmachineapi", "aksmachineapiheaderbatch", "bootstrappingclient")
-SUPPORTED_MODES = ("aksscriptless",)
+SUPPORTED_MODES = ("aksscriptless", "aksmachineapi")
+MACHINE_MODES = ("aksmachineapi", "aksmachineapiheaderbatch")
+_POOL = re.compile(r"^[a-z][a-z0-9]{0,11}$")  # an AKS agent pool name
 
 # ARM endpoint, Entra authority and token audience of the named clouds (as upstream's ARM_CLOUD)
 CLOUDS = {
@@ -112,6 +119,7 @@ class AzureSettings:
     node_identities: list[str] = field(default_factory=list)
     kubelet_identity_client_id: str = ""
     provision_mode: str = "aksscriptless"
+    aks_machines_pool_name: str = ""  # the Machines agent pool, with PROVISION_MODE=aksmachineapi
     additional_tags: dict[str, str] = field(default_factory=dict)
     dns_service_ip: str = "10.0.0.10"
     vm_memory_overhead_percent: float = 0.075
@@ -176,7 +184,7 @@ def resolve_azure(cluster_name: str, picked: Mapping[str, tuple[str | None, str]
         raise error(f'PROVISION_MODE (--provision-mode): invalid value "{mode}": must be one of {", ".join(PROVISION_MODES)}')
     if mode not in SUPPORTED_MODES:
         raise error(f'PROVISION_MODE (--provision-mode): "{mode}" is not supported by karpy yet: use aksscriptless '
-                    f"(VMs and NICs karpy creates itself)")
+                    f"(VMs and NICs karpy creates itself) or aksmachineapi (one machine PUT per NodeClaim)")
     missing = [_display(k) for k in REQUIRED if not values.get(k)]
     if missing:
         raise error("missing required settings for --cloud-provider azure: " + ", ".join(missing))
@@ -207,6 +215,14 @@ def resolve_azure(cluster_name: str, picked: Mapping[str, tuple[str | None, str]
     s.tenant_id = values.get("tenant_id", "")
     s.arm_resource_group = values.get("arm_resource_group", "")
     s.provision_mode = mode
+    if mode in MACHINE_MODES:  # as upstream: the machines' agent pool is required; the cluster's group names it
+        missing = [_display(k) for k in ("aks_machines_pool_name", "arm_resource_group") if not values.get(k)]
+        if missing:
+            raise error(f"PROVISION_MODE={mode} needs " + " and ".join(missing))
+        if not _POOL.match(values["aks_machines_pool_name"]):
+            raise bad("aks_machines_pool_name", "must be an AKS agent pool name: a lowercase letter, then at most 11 "
+                                                "lowercase letters and digits")
+    s.aks_machines_pool_name = values.get("aks_machines_pool_name", "")
     plugin = values.get("network_plugin") or "azure"
     if plugin not in ("azure", "none"):
         raise bad("network_plugin", "must be azure or none")
