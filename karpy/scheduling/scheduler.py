@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import resources as res
 from ..cloudprovider.types import (
+    CAPACITY_RESERVED,
     LABEL_CAPACITY_TYPE,
     LABEL_HOSTNAME,
     LABEL_INSTANCE_TYPE,
@@ -44,6 +45,7 @@ from ..cloudprovider.types import (
 )
 from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
 from .requirements import IN, NOT_IN, Requirement, Requirements
+from .reservations import RESERVED_OFFERING_ERROR, ReservationManager, offerings_to_reserve, reserved_offerings
 from .topology import ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
 
 # Upstream's core keeps at most this many instance types in a NodeClaim's requirements
@@ -256,7 +258,8 @@ class _TemplateState:
 class _Claim:
     """A NodeClaim being built by this solve."""
 
-    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed", "rank", "row")
+    __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed", "rank", "row",
+                 "reserved", "to_reserve")
 
     def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int):
         self.ts = ts
@@ -272,6 +275,8 @@ class _Claim:
         # the others; one that just took pods comes before those that reached its count earlier
         self.rank = seq
         self.row = -1  # its row in the solver's matrices of open NodeClaims, once opened
+        self.reserved: set[str] = set()  # the capacity reservations it holds (karpy.scheduling.reservations)
+        self.to_reserve: set[str] | None = None  # what the last fit computed it would hold
         self._refresh_max()
 
     def _refresh_max(self) -> None:
@@ -287,6 +292,66 @@ class _Claim:
         if r is not None and not r.complement and len(r.values) == 1:
             return next(iter(r.values))
         return None
+
+
+class _Buckets:
+    """The in-flight NodeClaims a topology-bound class may try, in the order of :meth:`Scheduler._in_flight`,
+    held per domain of ``key`` (None: a domain not yet known, or no key). When every topology term of the
+    class is keyed on that label, a domain the counts refuse for a pod is passed over as a whole: its
+    NodeClaims are never looked at for that pod, so a pod costs the same however many NodeClaims the refused
+    domains hold.
+
+    Each domain keeps the NodeClaims found at the start, already sorted, behind a cursor (read as they are
+    reached, never copied into a heap) and a heap of those pushed since (a NodeClaim that took a pod, one set
+    aside for a pod, a new one)."""
+
+    __slots__ = ("key", "claims", "buckets")
+
+    def __init__(self, key: str | None, claims: list["_Claim"]):
+        self.key = key
+        self.claims = claims
+        # domain -> [cursor, rows, counts, ranks, heap of (count, rank, row)]
+        self.buckets: dict[str | None, list] = {}
+
+    def add_sorted(self, domain: str | None, rows: list[int], counts: list[int], ranks: list[int]) -> None:
+        self.buckets[domain] = [0, rows, counts, ranks, []]
+
+    def __bool__(self) -> bool:
+        return any(b[0] < len(b[1]) or b[4] for b in self.buckets.values())
+
+    def push(self, entry: tuple[int, int, int], domain: str | None = None, known: bool = False) -> None:
+        if not known:
+            domain = self.claims[entry[2]].domain(self.key) if self.key is not None else None
+        b = self.buckets.get(domain)
+        if b is None:
+            self.buckets[domain] = [0, [], [], [], [entry]]
+        else:
+            heapq.heappush(b[4], entry)
+
+    def pop(self, refused: set[str]) -> tuple[tuple[int, int, int] | None, str | None]:
+        """The first entry, in order, outside the refused domains, and its domain; (None, None) when none is left."""
+        best = None
+        where = None
+        from_base = False
+        for d, b in self.buckets.items():
+            if d is not None and d in refused:
+                continue
+            pos = b[0]
+            if pos < len(b[1]):
+                e = (b[2][pos], b[3][pos], b[1][pos])
+                if best is None or e < best:
+                    best, where, from_base = e, d, True
+            h = b[4]
+            if h and (best is None or h[0] < best):
+                best, where, from_base = h[0], d, False
+        if best is None:
+            return None, None
+        b = self.buckets[where]
+        if from_base:
+            b[0] += 1
+        else:
+            heapq.heappop(b[4])
+        return best, where
 
 
 class _Node:
@@ -337,6 +402,7 @@ class _Class:
         self.rep = pods[0]
         self.solver = solver
         self.prefer_no_schedule_tolerated = False
+        self.reserved_wait = False  # its last new NodeClaim was refused for a reservation others hold
         self.derive()
 
     def derive(self) -> None:
@@ -393,7 +459,10 @@ class _Class:
         return self._inverse
 
     def relax(self) -> str | None:
-        """Drop one soft constraint, in upstream's order; None when nothing is left to relax."""
+        """Drop one soft constraint, in upstream's order; None when nothing is left to relax (or when the pods
+        wait for a reservation other NodeClaims hold: relaxing would not be needed once it is free)."""
+        if self.reserved_wait:
+            return None
         p = copy_for_relaxation(self.rep)
         reason = None
         if len(p.required_terms) > 1:
@@ -518,8 +587,12 @@ class Scheduler:
         min_values_best_effort: bool = False,
         refine: bool = False,
         pin_counted: bool = False,
+        reserved_strict: bool = False,
     ):
         self.templates = sorted(templates, key=lambda t: (-t.weight, t.nodepool))
+        # the provisioner's strict reserved-offering mode (karpy.scheduling.reservations); off: counted, never refused
+        self.reserved_strict = reserved_strict
+        self._rm: ReservationManager | None = None
         self.respect_preferences = respect_preferences
         self.hostname_prefix = hostname_prefix
         self.min_values_best_effort = min_values_best_effort
@@ -536,6 +609,9 @@ class Scheduler:
         self._cm_used: np.ndarray | None = None
         self._cm_max: np.ndarray | None = None
         self._cm_key = np.zeros((0, 2), dtype=np.int64)
+        self._cm_dom: dict[str, np.ndarray] = {}  # per label, the open NodeClaims' domain codes (see _domain_codes)
+        self._dom_ids: dict[str, int] = {}
+        self._dom_names: list[str] = []
         self._universe_cache: dict[str, set[str]] = {}
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
@@ -769,7 +845,11 @@ class Scheduler:
             if not ok:
                 return reason
             for i in range(opened, len(self.claims)):
-                heapq.heappush(heap, (len(self.claims[i].pods), self.claims[i].rank, i))
+                entry = (len(self.claims[i].pods), self.claims[i].rank, i)
+                if isinstance(heap, _Buckets):
+                    heap.push(entry)
+                else:
+                    heapq.heappush(heap, entry)
         return None
 
     def _place_existing(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> bool:
@@ -802,13 +882,18 @@ class Scheduler:
                 placed_existing.setdefault(node.node.name, []).extend(taken)
         return placed
 
-    def _in_flight(self, cls: _Class) -> list[tuple[int, int, int]]:
-        """The NodeClaims this solve opened that might take a pod of the class, as a heap in the order
-        upstream's scheduler tries them: by how many pods they hold, fewest first, with a stable sort (among
-        equals, the NodeClaim that reached that count last comes first, and a new NodeClaim after older ones)."""
+    def _in_flight(self, cls: _Class) -> list[tuple[int, int, int]] | _Buckets:
+        """The NodeClaims this solve opened that might take a pod of the class, in the order upstream's
+        scheduler tries them: by how many pods they hold, fewest first, with a stable sort (among equals, the
+        NodeClaim that reached that count last comes first, and a new NodeClaim after older ones). A heap for a
+        class placed in bulk; for a topology-bound class, :class:`_Buckets` by the domain of its one key."""
         n = len(self.claims)
+        bucketed = cls.topology_bound()
+        if bucketed:
+            key = self._single_key(cls)
+            queue = _Buckets(key, self.claims)
         if not n:
-            return []
+            return queue if bucketed else []
         nz = cls.nz
         if len(nz):  # those where some instance type left has room for one more of these pods
             ok = np.all(self._cm_used[:n][:, nz] + cls.request_vec[nz] <= self._cm_max[:n][:, nz], axis=1)
@@ -816,9 +901,42 @@ class Scheduler:
         else:
             rows = np.arange(n)
         keys = self._cm_key[rows]
-        heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
-        heapq.heapify(heap)
-        return heap
+        if not bucketed:
+            heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
+            heapq.heapify(heap)
+            return heap
+        # (count, rank) is unique per NodeClaim, so sorting on it is the heap's order
+        order = np.lexsort((keys[:, 1], keys[:, 0]))
+        rows, keys = rows[order], keys[order]
+        if key is None:
+            queue.add_sorted(None, rows.tolist(), keys[:, 0].tolist(), keys[:, 1].tolist())
+            return queue
+        codes = self._domain_codes(key)[rows]
+        for code in np.unique(codes).tolist():
+            sel = codes == code
+            queue.add_sorted(self._dom_names[code] if code >= 0 else None, rows[sel].tolist(),
+                             keys[sel, 0].tolist(), keys[sel, 1].tolist())
+        return queue
+
+    def _domain_codes(self, key: str) -> np.ndarray:
+        """Per open NodeClaim row, the code of its domain of ``key`` (-1: not known yet), kept up to date by
+        :meth:`_sync_claim` once asked for."""
+        codes = self._cm_dom.get(key)
+        if codes is None:
+            codes = np.full(len(self._cm_key), -1, dtype=np.int64)
+            for c in self.claims:
+                codes[c.row] = self._dom_code(c.domain(key))
+            self._cm_dom[key] = codes
+        return codes
+
+    def _dom_code(self, d: str | None) -> int:
+        if d is None:
+            return -1
+        code = self._dom_ids.get(d)
+        if code is None:
+            code = self._dom_ids[d] = len(self._dom_names)
+            self._dom_names.append(d)
+        return code
 
     def _sync_claim(self, claim: _Claim) -> None:
         """Copy an open NodeClaim's room, pod count and rank into the solver's matrices."""
@@ -832,10 +950,14 @@ class Scheduler:
             self._cm_used = np.vstack([self._cm_used, np.zeros((grow, self._cm_used.shape[1]), dtype=np.int64)])
             self._cm_max = np.vstack([self._cm_max, np.zeros((grow, self._cm_max.shape[1]), dtype=np.int64)])
             self._cm_key = np.vstack([self._cm_key, np.zeros((grow, 2), dtype=np.int64)])
+            for key, codes in self._cm_dom.items():
+                self._cm_dom[key] = np.concatenate([codes, np.full(grow, -1, dtype=np.int64)])
         self._cm_used[r] = claim.used
         self._cm_max[r] = claim.max_alloc
         self._cm_key[r, 0] = len(claim.pods)
         self._cm_key[r, 1] = claim.rank
+        for key, codes in self._cm_dom.items():
+            codes[r] = self._dom_code(claim.domain(key))
 
     def _place_in_flight(self, cls: _Class, heap: list[tuple[int, int, int]], dead: set[int]) -> bool:
         """Place pods of the class on the NodeClaims of ``heap`` (see :meth:`_in_flight`), the first that takes
@@ -868,36 +990,35 @@ class Scheduler:
             return placed
         permanent = self._hostname_only(cls)
         # when every topology term of the class is keyed on one label (the zone), a NodeClaim pinned to a domain
-        # the counts refuse tells the same of every NodeClaim pinned there, for this pod
-        single = self._single_key(cls)
+        # the counts refuse tells the same of every NodeClaim pinned there, for this pod: the queue passes over
+        # that domain's NodeClaims without looking at them
+        queue: _Buckets = heap  # type: ignore[assignment]
         while cls.pods:
             skipped = []
             refused: set[str] = set()
             took = False
-            while heap:
-                entry = heapq.heappop(heap)
+            while True:
+                entry, d = queue.pop(refused)
+                if entry is None:
+                    break
                 i = entry[2]
                 if i in dead:
                     continue
                 c = claims[i]
-                d = c.domain(single) if single is not None else None
-                if d is not None and d in refused:
-                    skipped.append(entry)
-                    continue
                 n, new_req, new_idx, why = self._fit_claim(cls, c, 1)
                 if n > 0:
                     self._commit(cls, c, n, new_req, new_idx)
-                    heapq.heappush(heap, (len(c.pods), c.rank, i))
+                    queue.push((len(c.pods), c.rank, i))
                     took = placed = True
                     break
                 if why == "would violate topology constraints" and not permanent:
-                    skipped.append(entry)  # the counts may allow it for a later pod
+                    skipped.append((entry, d))  # the counts may allow it for a later pod
                     if d is not None:
                         refused.add(d)
                 else:
                     dead.add(i)
-            for e in skipped:
-                heapq.heappush(heap, e)
+            for e, d in skipped:
+                queue.push(e, d, known=True)
             if not took:
                 break
         return placed
@@ -1039,7 +1160,35 @@ class Scheduler:
                 if not self.min_values_best_effort or claim.pods:
                     return 0, None, None, mv
                 new_req = _relax_min_values(new_req, ts, idx_k)
+        rm = self._reservations()
+        if rm is not None:
+            def reserve(ix: np.ndarray):
+                return offerings_to_reserve(rm, claim.hostname, claim.reserved, new_req, ts.reserved, ix,
+                                            self.reserved_strict)
+            ofs = reserve(idx_k)
+            if self.reserved_strict and k > 1 and per_type is not None and not (isinstance(ofs, set) and ofs):
+                # upstream adds pods one at a time: if the first would hold a reservation (or be refused), only as
+                # many pods as keep one held go together
+                first = reserve(idx[per_type >= 1])
+                if not isinstance(first, set) or first:
+                    while k > 1 and not (isinstance(ofs, set) and ofs):
+                        k -= 1
+                        idx_k = idx[per_type >= k]
+                        ofs = reserve(idx_k)
+            if not isinstance(ofs, set):
+                return 0, None, None, ofs.reason
+            claim.to_reserve = ofs
         return k, new_req, idx_k, None
+
+    def _reservations(self) -> ReservationManager | None:
+        """This solve's reservation manager; None when no NodePool offers a reserved offering."""
+        rm = self._rm
+        if rm is None:
+            for ts in self.tstates:
+                if not hasattr(ts, "reserved"):
+                    ts.reserved = reserved_offerings(ts.types)
+            rm = self._rm = ReservationManager(o for ts in self.tstates for ofs in ts.reserved for o in ofs)
+        return rm if rm.capacity else None
 
     def _commit(self, cls: _Class, claim: _Claim, n: int, new_req: Requirements, new_idx: np.ndarray) -> None:
         taken, cls.pods = cls.pods[:n], cls.pods[n:]
@@ -1062,6 +1211,9 @@ class Scheduler:
             claim.host_ports.update(cls.rep.host_ports)
         self._record(cls, claim, n)
         claim.placed.append((cls, n))
+        if claim.to_reserve is not None and self._rm is not None:
+            self._rm.hold_only(claim.hostname, claim.to_reserve)
+            claim.reserved, claim.to_reserve = claim.to_reserve, None
 
     def _catch_up(self, claim: _Claim, old_req: Requirements) -> None:
         """A claim's domain for some key just became known: count the pods it already holds there.
@@ -1120,6 +1272,10 @@ class Scheduler:
             self._seq += 1
             claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq)
             n, new_req, new_idx, why = self._fit_claim(cls, claim, want or len(cls.pods))
+            cls.reserved_wait = bool(why and why.startswith(RESERVED_OFFERING_ERROR))
+            if cls.reserved_wait:  # as upstream: no fallback to a lighter NodePool while a reservation is held
+                reasons.append(f'incompatible with nodepool "{tpl.nodepool}", {why}')
+                return False, "; ".join(reasons)
             if n <= 0:
                 reasons.append(self._incompatible_message(cls, ts, why))
                 continue
@@ -1438,6 +1594,8 @@ class Scheduler:
         types = [ts.types[int(i)] for i in kept]
         final = req.copy()
         final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
+        if claim.reserved:  # as upstream's FinalizeScheduling: a NodeClaim holding reservations launches into one
+            final.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_RESERVED]))
         total = claim.used + ts.daemon[int(kept[0])] if len(kept) else claim.used
         requests = {self.rnames[j]: v for j, v in enumerate(total.tolist()) if v}
         return NewNodeClaim(ts.tpl, claim.hostname, final, types, claim.pods, requests,
