@@ -227,9 +227,15 @@ class Lifecycle:
         name = claim["metadata"]["name"]
         uid = claim["metadata"].get("uid") or name
         now = env.now()
-        for k in [k for k, (t, _) in self._launched.items() if now - t > LAUNCH_CACHE_TTL]:
-            del self._launched[k]
-        hit = self._launched.get(uid)
+        # entries are kept in launch order (the clock never goes back): expire from the oldest until a fresh
+        # one, rather than scanning every launch of the last minute on each launch
+        launched = self._launched
+        while launched:
+            first = next(iter(launched))
+            if now - launched[first][0] <= LAUNCH_CACHE_TTL:
+                break
+            del launched[first]
+        hit = launched.get(uid)
         if hit is not None:
             return hit[1]
         try:

@@ -50,6 +50,9 @@ class Recorder:
         self.component = component
         self._seen: dict[tuple, float] = {}
         self._seq = 0
+        # Events by one component share their source (stored objects are never mutated): a long simulation
+        # keeps hundreds of thousands of Events
+        self._sources: dict[str, dict] = {}
 
     def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
                 dedupe: float | None = None, annotations: Mapping[str, str] | None = None,
@@ -70,9 +73,12 @@ class Recorder:
             meta["annotations"] = dict(annotations)
         ts = fmt_time(now)
         comp = component or self.component
+        source = self._sources.get(comp)
+        if source is None:
+            source = self._sources[comp] = {"component": comp}
         self.api.create({
             "apiVersion": "v1", "kind": "Event", "metadata": meta,
             "involvedObject": dict(involved), "reason": reason, "message": message, "type": etype,
-            "source": {"component": comp}, "reportingComponent": comp,
+            "source": source, "reportingComponent": comp,
             "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         })

@@ -55,6 +55,8 @@ class Manager:
         self.controllers: list[Controller] = []
         self.store: dict[str, dict[tuple[str, str], dict]] = {}
         self._handlers: dict[str, list[Handler]] = {}
+        self._uncached: set[str] = set()  # kinds only watched, not kept in the store (see watch)
+        self._cached: set[str] = set()
         self._queue: deque[tuple[Controller, Any]] = deque()
         self._idle: deque[tuple[Controller, Any]] = deque()  # run once everything else at this instant is done
         self._queued: set[tuple[int, Any]] = set()
@@ -76,9 +78,18 @@ class Manager:
         self.controllers.append(controller)
         controller.setup(self)
 
-    def watch(self, kind: str, handler: Handler) -> None:
+    def watch(self, kind: str, handler: Handler, cache: bool = True) -> None:
+        """Call ``handler(type, obj, old)`` with every change of ``kind``. With ``cache=False`` (and no other
+        watch of the kind asking for it) the objects are not kept in the store: the handler sees each change
+        once, with ``old`` None, and ``get``/``list`` of the kind find nothing (Events: many, written once,
+        read by nobody from the cache)."""
         self._handlers.setdefault(kind, []).append(handler)
         self.store.setdefault(kind, {})
+        if cache:
+            self._cached.add(kind)
+            self._uncached.discard(kind)
+        elif kind not in self._cached:
+            self._uncached.add(kind)
 
     def watched_kinds(self) -> list[str]:
         return list(self._handlers)
@@ -143,9 +154,15 @@ class Manager:
         """Deliver the changes that have arrived to the store and the handlers."""
         n = 0
         feed = self._feed
+        uncached = self._uncached
         while feed:
             etype, obj = feed.popleft()
             kind = obj.get("kind", "")
+            if kind in uncached:
+                for h in self._handlers[kind]:
+                    h(etype, obj, None)
+                n += 1
+                continue
             store = self.store.get(kind)
             if store is None:
                 continue

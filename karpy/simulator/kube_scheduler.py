@@ -174,7 +174,7 @@ class KubeScheduler:
     def setup(self, mgr: Manager) -> None:
         mgr.watch("Node", self._on_node)
         mgr.watch("Pod", self._on_pod)
-        mgr.watch("Event", self._on_event)
+        mgr.watch("Event", self._on_event, cache=False)  # only Nominated ones matter, once each
         mgr.watch("NodeClaim", self._on_claim)
         mgr.watch("PersistentVolumeClaim", self._on_volume_claim)
 
