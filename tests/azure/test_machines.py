@@ -290,3 +290,60 @@ def test_machine_drift(fake, provider):
     newer = {**nodeclass, "status": {"images": [{"id": f"/CommunityGalleries/{CIG_UBUNTU}/images/"
                                                        "2204gen2arm64containerd/versions/202601.01.0"}]}}
     assert provider.is_drifted(nodeclaim, newer) == "ImageDrift"
+
+
+@pytest.fixture
+def drift_provider(fake, machine_env):
+    objects: dict = {}
+    p, _ = make(lambda kind, name: objects.get((kind, name)) or (NODECLASS if kind == "AKSNodeClass" else None))
+    p.objects = objects
+    yield p
+    p.close()
+
+
+def _ready(types=("ImagesReady", "KubernetesVersionReady"), false=()):
+    return [{"type": t, "status": "False" if t in false else "True"} for t in types]
+
+
+@pytest.mark.parametrize("change,expect", [
+    ("nothing", None),
+    ("images not ready", None),  # a newer image, but ImagesReady is False: no drift yet
+    ("newer image", "ImageDrift"),
+    ("no status images", None),
+    ("kubernetes version empty", None),
+    ("kubernetes version not ready", None),
+    ("node name missing", None),
+    ("node not found", None),
+    ("kubernetes version new", "K8sVersionDrift"),
+])
+def test_machine_drift_rows(fake, drift_provider, change, expect):
+    """upstream's suite_aksmachineapi_drift_test.go: image and Kubernetes version drift of a machine's NodeClaim."""
+    p = drift_provider
+    out = p.create(claim())
+    image = f"/CommunityGalleries/{CIG_UBUNTU}/images/2204gen2arm64containerd/versions/"
+    status = {"kubernetesVersion": "1.33.2", "images": [{"id": image + "202506.01.0"}], "conditions": _ready()}
+    node = {"metadata": {"name": "aks-machines-default-demo-abcde-12345678-vm"},
+            "status": {"nodeInfo": {"kubeletVersion": "v1.33.2"}}}
+    p.objects[("Node", node["metadata"]["name"])] = node
+    nodeclaim = {**claim(), "metadata": {**claim()["metadata"], "annotations": out["metadata"]["annotations"]},
+                 "status": {"providerID": out["status"]["providerID"], "imageID": out["status"]["imageID"],
+                            "nodeName": node["metadata"]["name"]}}
+    if change == "images not ready":
+        status.update(images=[{"id": image + "202601.01.0"}], conditions=_ready(false=("ImagesReady",)))
+    elif change == "newer image":
+        status["images"] = [{"id": image + "202601.01.0"}]
+    elif change == "no status images":
+        status["images"] = []
+    elif change == "kubernetes version empty":
+        status["kubernetesVersion"] = ""
+    elif change == "kubernetes version not ready":
+        status.update(kubernetesVersion="1.34.0", conditions=_ready(false=("KubernetesVersionReady",)))
+    elif change == "node name missing":
+        status["kubernetesVersion"] = "1.34.0"
+        nodeclaim["status"]["nodeName"] = ""
+    elif change == "node not found":
+        status["kubernetesVersion"] = "1.34.0"
+        nodeclaim["status"]["nodeName"] = "node-who-does-not-exist"
+    elif change == "kubernetes version new":
+        status["kubernetesVersion"] = "1.34.0"
+    assert p.is_drifted(nodeclaim, {**NODECLASS, "status": status}) == expect

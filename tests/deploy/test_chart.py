@@ -60,7 +60,7 @@ AZURE_VARIABLES = {
 }
 # Variables of that template that karpy does not read (see the README's "Install with Helm").
 AZURE_IGNORED = {"NETWORK_DATAPLANE", "VNET_GUID", "ENABLE_AZURE_SDK_LOGGING", "USE_SIG", "SIG_ACCESS_TOKEN_SERVER_URL",
-                 "SIG_ACCESS_TOKEN_SCOPE", "SIG_SUBSCRIPTION_ID", "AKS_MACHINES_POOL_NAME"}
+                 "SIG_ACCESS_TOKEN_SCOPE", "SIG_SUBSCRIPTION_ID"}
 
 
 def azure_values(tmp_path: Path) -> Path:

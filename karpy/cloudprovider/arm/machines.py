@@ -521,8 +521,11 @@ class AKSMachineProvider(AzureVMProvider):
                                     nodeclass)
         if reason in ("NodeClassDrift", "K8sVersionDrift"):
             return reason
-        images = ((nodeclass.get("status") or {}).get("images")) or ()
-        if image and images:
+        status = nodeclass.get("status") or {}
+        images = status.get("images") or ()
+        images_ready = all(c.get("status") == "True" for c in status.get("conditions") or ()
+                           if c.get("type") == "ImagesReady")
+        if image and images and images_ready:  # no image drift while the AKSNodeClass's images are not ready
             versions = set()
             for i in images:
                 try:
