@@ -101,30 +101,46 @@ class PodCompiler:
         self.default_spread: DefaultSpread | None = None
 
     @staticmethod
-    def _shape(pod: Mapping[str, Any]) -> tuple:
+    def _inputs(pod: Mapping[str, Any]) -> tuple:
+        """What the engine reads of a pod, as one flat tuple of the objects themselves (labels, namespace,
+        then each spec field but nodeName, key and value): equal when a later version shares them, which
+        tuple comparison sees by identity before it compares any value. Kept per pod, so small: no
+        per-field pairs or id integers."""
         spec = pod.get("spec") or {}
         meta = pod.get("metadata") or {}
-        return (id(meta.get("labels")), meta.get("namespace"),
-                tuple((k, id(v)) for k, v in spec.items() if k != "nodeName"))
+        out: list[Any] = [meta.get("labels"), meta.get("namespace")]
+        for k, v in spec.items():
+            if k != "nodeName":
+                out.append(k)
+                out.append(v)
+        return tuple(out)
+
+    @staticmethod
+    def _shape(inputs: tuple) -> tuple:
+        """The same by identity, hashable: the key of the pods stamped from one template (sharing the
+        objects of their spec). Keys and the namespace are strings, kept as they are."""
+        return tuple(x if type(x) is str or x is None else id(x) for x in inputs)
 
     def compile(self, pod: Mapping[str, Any]) -> PodInfo:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid") or pod_key(pod)
-        shape = self._shape(pod)
+        inputs = self._inputs(pod)
         seen = pod
+        defaulted = None
         if self.default_spread is not None:
             # the defaults (with the selector deduced from the pod's owner) are part of what the engine reads
             seen = self.default_spread.apply(pod)
             if seen is not pod:
-                shape += (repr((seen.get("spec") or {}).get("topologySpreadConstraints")),)
+                defaulted = repr((seen.get("spec") or {}).get("topologySpreadConstraints"))
+                inputs += (defaulted,)
         hit = self._by_uid.get(uid)
-        if hit is not None and hit[0] == shape:
+        if hit is not None and hit[0] == inputs:
             info = hit[1]
             if info.obj is not pod:
                 info.obj = pod  # type: ignore[assignment]
             return info
         spec = pod.get("spec") or {}
-        tkey = shape
+        tkey = self._shape(inputs)
         t = self._templates.get(tkey)
         if t is not None:
             info = copy.copy(t[1])
@@ -134,11 +150,11 @@ class PodCompiler:
         else:
             info = compile_pod(seen, priority=int(spec.get("priority") or 0))
             info.obj = pod  # type: ignore[assignment]
-            # keep the values the shape's ids refer to alive, so the ids stay unique
+            # keep the values the shape's ids refer to alive (the inputs hold them), so the ids stay unique
             if len(self._templates) > 100_000:
                 self._templates.clear()
-            self._templates[tkey] = ((meta.get("labels"), tuple(spec.values())), info)
-        self._by_uid[uid] = (shape, info)
+            self._templates[tkey] = (inputs, info)
+        self._by_uid[uid] = (inputs, info)
         return info
 
     def forget(self, pod: Mapping[str, Any]) -> None:
