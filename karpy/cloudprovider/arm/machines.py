@@ -5,7 +5,7 @@ AKS creates the nodes: each NodeClaim is one *machine* of an agent pool of mode 
 
 * **Name**: the NodeClaim's name when it has at most 34 characters; a longer one keeps its suffix after the last
   ``-`` and the first characters of its prefix, the rest of the prefix replaced by a 6-character base-36 hash
-  (FNV-1a, 64 bits), so the name is stable across restarts. The VM AKS creates is
+  (FNV-1, 64 bits, as upstream's hashstructure), so the name is stable across restarts. The VM AKS creates is
   ``aks-<pool>-<machine>-<8 digits>-vm`` in the node resource group; the provider ID is that VM's.
 * **Create**: GET the machine first (a restart, or a retry after the PUT landed: the machine is reused when its
   ``karpenter.azure.com_aksmachine_nodeclaim`` tag names this NodeClaim), else the cheapest available offering
@@ -85,10 +85,11 @@ _CIG_IMAGE = re.compile(r"(?i)^/CommunityGalleries/([^/]+?)(?:-[0-9a-f]{8}-[0-9a
 
 # --- names --------------------------------------------------------------------------------------------
 def alphanumeric_hash(text: str, length: int = 6) -> str:
-    """``length`` base-36 digits of the FNV-1a 64-bit hash of ``text``, most significant first."""
+    """``length`` base-36 digits of the FNV-1 64-bit hash of ``text`` (hashstructure's hash of a string, as
+    upstream), most significant first."""
     h = 0xcbf29ce484222325
     for b in text.encode():
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        h = ((h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF) ^ b
     out = []
     for _ in range(length):
         out.append(_B36[h % 36])
