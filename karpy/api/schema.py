@@ -263,6 +263,7 @@ class Node:
         "allow_float",
         "description",
         "transition_rules",
+        "_fns",
     )
 
     def __init__(
@@ -323,6 +324,7 @@ class Node:
         self.allow_float = allow_float
         self.description = description
         self.transition_rules = tuple(transition_rules)  # (CEL rule, message): for the CRD only
+        self._fns: list | None = None  # [generation, validator, CRD validator], made by _compiled
         if type == "object" and props is None and additional is None:
             self.preserve = True  # an object with no declared shape keeps whatever it holds
 
@@ -540,8 +542,9 @@ def _bound_msg(ctx: Ctx, path: str, what: str) -> str:
     return f"{path} in body {what}" if ctx.crd else what.replace("should be", "must be")
 
 
-def walk(v: Any, n: Node, path: str, ctx: Ctx) -> Any:
-    """Validate ``v`` against ``n`` (applying defaults in place); returns the value."""
+def walk_interpreted(v: Any, n: Node, path: str, ctx: Ctx) -> Any:
+    """What ``walk`` does, read straight from the schema node by node: the reference the compiled
+    validators are tested against (tests/test_schema_compiled.py), and the definition of each rule."""
     t = n.type
     if isinstance(v, float) and t in _INTEGRAL_TYPES and v.is_integer():
         # YAML "2.0" reaches the API server as JSON 2: an integer
@@ -619,7 +622,7 @@ def _walk_object(v: dict, n: Node, path: str, ctx: Ctx) -> None:
                     p = child(path, k)
                     ctx.err(p, "field not declared in schema" if ctx.crd else f'unknown field "{p}"')
                 continue
-        v[k] = walk(v[k], sub, child(path, k), ctx)
+        v[k] = walk_interpreted(v[k], sub, child(path, k), ctx)
     for k in n.required:
         if k not in v:
             ctx.err(child(path, k), required())
@@ -634,7 +637,7 @@ def _walk_array(v: list, n: Node, path: str, ctx: Ctx) -> None:
             if x is None and item.type != "any":
                 _type_error(x, item, index(path, i), ctx)
                 continue
-            v[i] = walk(x, item, index(path, i), ctx)
+            v[i] = walk_interpreted(x, item, index(path, i), ctx)
     if n.max_items is not None and len(v) > n.max_items:
         ctx.err(path, too_many(len(v), n.max_items))
     if n.min_items is not None and len(v) < n.min_items:
@@ -718,6 +721,327 @@ def _check_quantity(v: Any, n: Node, path: str, ctx: Ctx) -> None:
         return
     if n.minimum is not None and q < n.minimum:
         ctx.err(path, invalid(v, f"must be greater than or equal to {n.minimum}"))
+
+
+# --- compiled validators ----------------------------------------------------
+#
+# ``walk`` runs a validator made once per schema node (and per CRD or built-in wording): closures that hold
+# what the node asks for (its properties with their paths, defaults, bounds, rules) instead of reading the
+# node at every value. A node that accepts anything and has no hooks is no work at all, and its values are
+# not visited. The result and the errors, in their order, are walk_interpreted's.
+
+_GENERATION = 0  # bumped when a node that has validators is changed: every validator is made again
+
+
+class _CompiledNode(Node):
+    """The class of a node once validators are made from it: changing it afterwards discards them."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        global _GENERATION
+        _GENERATION += 1
+        object.__setattr__(self, name, value)
+
+
+def walk(v: Any, n: Node, path: str, ctx: Ctx) -> Any:
+    """Validate ``v`` against ``n`` (applying defaults in place); returns the value."""
+    fns = n._fns
+    crd = 2 if ctx.crd else 1
+    if fns is None or fns[0] != _GENERATION or fns[crd] is None:
+        _compiled(n, ctx.crd, {})
+        fns = n._fns
+    return fns[crd](v, path, ctx)  # type: ignore[index]
+
+
+_Validator = Callable[[Any, str, Ctx], Any]
+
+
+def _identity(v: Any, path: str, ctx: Ctx) -> Any:
+    return v
+
+
+def _compiled(n: Node, crd: bool, made: dict[int, _Validator]) -> _Validator:
+    """The validator of ``n`` (``made``: those of this pass, by node, for schemas that share or nest nodes)."""
+    fns = n._fns
+    slot = 2 if crd else 1
+    if fns is not None and fns[0] == _GENERATION and fns[slot] is not None:
+        return fns[slot]
+    fn = made.get(id(n))
+    if fn is not None:
+        return fn
+    later: list[_Validator] = []
+    made[id(n)] = lambda v, path, ctx: later[0](v, path, ctx)  # a schema that holds itself
+    fn = _make(n, crd, made) or _identity
+    later.append(fn)
+    made[id(n)] = fn
+    fns = n._fns
+    if fns is None or fns[0] != _GENERATION:
+        fns = [_GENERATION, None, None]
+    fns[slot] = fn
+    object.__setattr__(n, "_fns", fns)
+    if type(n) is Node:
+        object.__setattr__(n, "__class__", _CompiledNode)
+    return fn
+
+
+def _does_nothing(n: Node) -> bool:
+    """Whether the node accepts every value as it is (then its values are not visited)."""
+    return n.type == "any" and n.defaulter is None and not n.rules and not n.item_rules and not n.checks
+
+
+def _child_validator(n: Node, crd: bool, made: dict[int, _Validator]) -> _Validator | None:
+    """The validator of a child node, or None when the node does nothing."""
+    return None if _does_nothing(n) else _compiled(n, crd, made)
+
+
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+def _default_copier(d: Any) -> Callable[[], Any]:
+    if type(d) in _ATOMIC:
+        return lambda: d
+    if type(d) is dict and not d:
+        return dict
+    if type(d) is list and not d:
+        return list
+    return lambda: copy.deepcopy(d)
+
+
+def _type_test(t: str, crd: bool) -> Callable[[Any], bool] | None:
+    """The type test of a node type (None: every value is of it)."""
+    if t == "object":
+        return lambda v: isinstance(v, dict)
+    if t == "array":
+        return lambda v: isinstance(v, list)
+    if t == "string":
+        return lambda v: isinstance(v, str)
+    if t == "boolean":
+        return lambda v: isinstance(v, bool)
+    if t == "any" or t not in ("integer", "number", "quantity", "int-or-string"):
+        return None
+    return lambda v: _type_ok(v, t, None, crd)  # type: ignore[arg-type]
+
+
+def _make(n: Node, crd: bool, made: dict[int, _Validator]) -> _Validator | None:
+    """The validator of one node, or None when it accepts every value as it is."""
+    if _does_nothing(n):
+        return None
+    t = n.type
+    finish = _finisher(n, crd)
+    defaulter = n.defaulter
+    if t == "object":
+        body = _object_body(n, crd, made)
+    elif t == "array":
+        body = _array_body(n, crd, made)
+    else:
+        body = _scalar_body(n, t)
+    run = Ctx.run
+
+    if t in ("object", "array"):
+        is_type = dict if t == "object" else list
+
+        def validate_collection(v: Any, path: str, ctx: Ctx) -> Any:
+            if not isinstance(v, is_type):
+                _type_error(v, n, path, ctx)
+                return v
+            if defaulter is not None:
+                run(ctx, defaulter, v, ctx)
+            body(v, path, ctx)
+            if finish is not None:
+                finish(v, path, ctx)
+            return v
+
+        return validate_collection
+
+    type_ok = _type_test(t, crd)
+    coerce = t in _INTEGRAL_TYPES
+
+    def validate_value(v: Any, path: str, ctx: Ctx) -> Any:
+        if coerce and isinstance(v, float) and v.is_integer():
+            v = int(v)  # YAML "2.0" reaches the API server as JSON 2: an integer
+        if type_ok is not None and not type_ok(v):
+            _type_error(v, n, path, ctx)
+            return v
+        if defaulter is not None:
+            run(ctx, defaulter, v, ctx)
+        if body is not None:
+            body(v, path, ctx)
+        if finish is not None:
+            finish(v, path, ctx)
+        return v
+
+    return validate_value
+
+
+def _scalar_body(n: Node, t: str) -> Callable[[Any, str, Ctx], None] | None:
+    """The checks of a scalar node's own keywords (enum, bounds, length, pattern, format)."""
+    string_checked = (n.enum is not None or n.max_len is not None or n.min_len is not None or n.pattern is not None
+                      or n.fmt == "date-time")
+    if t == "string":
+        if not string_checked:
+            return None
+        return lambda v, path, ctx: _check_string(v, n, path, ctx)
+    if t == "int-or-string":
+        if not string_checked:
+            return None
+
+        def check_int_or_string(v: Any, path: str, ctx: Ctx) -> None:
+            if isinstance(v, str):
+                _check_string(v, n, path, ctx)
+
+        return check_int_or_string
+    if t in ("integer", "number"):
+        if n.enum is not None or n.minimum is not None or n.maximum is not None or n.fmt in ("int32", "int64"):
+            return lambda v, path, ctx: _check_number(v, n, path, ctx)
+
+        def check_finite(v: Any, path: str, ctx: Ctx) -> None:
+            if isinstance(v, float):
+                _check_number(v, n, path, ctx)
+
+        return check_finite
+    if t == "quantity":
+        return lambda v, path, ctx: _check_quantity(v, n, path, ctx)
+    if t == "boolean" and n.enum is not None:
+        enum = n.enum
+
+        def check_bool(v: Any, path: str, ctx: Ctx) -> None:
+            if v not in enum:
+                ctx.err(path, not_supported(v, enum))
+
+        return check_bool
+    return None
+
+
+def _key_path(key: str) -> tuple[bool, str]:
+    """How a property extends a path: (True, ".key") after a non-empty path (the key alone at the top),
+    or (False, "[key]")."""
+    if _IDENT.match(key):
+        return True, "." + key
+    return False, child("", key)
+
+
+def _object_body(n: Node, crd: bool, made: dict[int, _Validator]) -> Callable[[dict, str, Ctx], None]:
+    props = n.props or {}
+    # per property: its validator (None: nothing to do), whether it is a name, and its path suffix
+    known: dict[str, tuple[_Validator | None, bool, str]] = {}
+    for k, sub in props.items():
+        if sub is not None:
+            known[k] = (_child_validator(sub, crd, made), *_key_path(k))
+    defaults = [(k, _default_copier(sub.default)) for k, sub in props.items() if sub.default is not NO_DEFAULT]
+    additional = n.additional
+    extra = _child_validator(additional, crd, made) if additional is not None else None
+    preserve = n.preserve
+    required_keys = n.required
+    max_props = n.max_props
+    unknown = "field not declared in schema" if crd else None
+
+    def walk_object(v: dict, path: str, ctx: Ctx) -> None:
+        # null means absent (the API server prunes nulls of non-nullable fields)
+        if None in v.values():
+            for k in [k for k, x in v.items() if x is None]:
+                del v[k]
+        for k, make in defaults:
+            if k not in v:
+                v[k] = make()
+        for k, x in list(v.items()):
+            entry = known.get(k)
+            if entry is not None:
+                fn, name, suffix = entry
+                if fn is not None:
+                    v[k] = fn(x, (path + suffix if path else k) if name else path + suffix, ctx)
+            elif additional is not None:
+                if extra is not None:
+                    v[k] = extra(x, child(path, k), ctx)
+            elif not preserve:
+                p = child(path, k)
+                ctx.err(p, unknown or f'unknown field "{p}"')
+        for k in required_keys:
+            if k not in v:
+                ctx.err(child(path, k), required())
+        if max_props is not None and len(v) > max_props:
+            ctx.err(path, too_many(len(v), max_props))
+
+    return walk_object
+
+
+def _array_body(n: Node, crd: bool, made: dict[int, _Validator]) -> Callable[[list, str, Ctx], None]:
+    item = n.item
+    fn = _child_validator(item, crd, made) if item is not None else None
+    visit = item is not None and (fn is not None or item.type != "any")
+    max_items, min_items, list_type, map_keys = n.max_items, n.min_items, n.list_type, n.map_keys
+
+    def walk_array(v: list, path: str, ctx: Ctx) -> None:
+        if visit:
+            for i, x in enumerate(v):
+                if x is None and item.type != "any":  # type: ignore[union-attr]
+                    _type_error(x, item, f"{path}[{i}]", ctx)  # type: ignore[arg-type]
+                elif fn is not None:
+                    v[i] = fn(x, f"{path}[{i}]", ctx)
+        if max_items is not None and len(v) > max_items:
+            ctx.err(path, too_many(len(v), max_items))
+        if min_items is not None and len(v) < min_items:
+            if crd:
+                ctx.err(path, f"Invalid value: {len(v)}: {path} in body should have at least {min_items} items")
+            else:
+                ctx.err(path, required(f"must have at least {min_items} item{'s' if min_items != 1 else ''}"))
+        if list_type == "set":
+            seen: set = set()
+            for i, x in enumerate(v):
+                key = json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else (type(x).__name__, x)
+                if key in seen:
+                    ctx.err(index(path, i), duplicate(x))
+                seen.add(key)
+        elif list_type == "map" and map_keys:
+            seen_keys: set = set()
+            for i, x in enumerate(v):
+                if not isinstance(x, dict):
+                    continue
+                key = tuple(json.dumps(x.get(k), sort_keys=True) for k in map_keys)
+                if key in seen_keys:
+                    ctx.err(index(path, i), duplicate({k: x.get(k) for k in map_keys}))
+                seen_keys.add(key)
+
+    return walk_array
+
+
+def _finisher(n: Node, crd: bool) -> Callable[[Any, str, Ctx], None] | None:
+    """What runs after a node's own checks: its rules, its rules of every item, then its checks."""
+    rules, item_rules, checks = n.rules, n.item_rules, n.checks
+    if not rules and not item_rules and not checks:
+        return None
+    schema_type = _SCHEMA_TYPES.get(n.type, "")
+
+    def finish(v: Any, path: str, ctx: Ctx) -> None:
+        for rule, message in rules:
+            if not _rule_ok(rule, v):
+                # a custom resource's failed rule shows the type of its schema, as kube-apiserver's CEL validator
+                ctx.cel_err(path, f'Invalid value: "{schema_type}": {message}' if crd
+                            else f"Invalid value: {cel_value(v)}: {message}")
+        if item_rules:
+            if crd:
+                if isinstance(v, (list, dict)):
+                    # a CEL rule self.all(x, P(x)) fails once, on the list or map that holds the failing items
+                    items = v if isinstance(v, list) else list(v)
+                    for rule, message in item_rules:
+                        if not all(_rule_ok(rule, x) for x in items):
+                            ctx.cel_err(path, f'Invalid value: "{"array" if isinstance(v, list) else "object"}": '
+                                              f"{message}")
+            elif isinstance(v, list):
+                # a rule of every item, reported at the item (or map key) that fails it
+                for i, x in enumerate(v):
+                    for rule, message in item_rules:
+                        if not _rule_ok(rule, x):
+                            ctx.err(index(path, i), f"Invalid value: {cel_value(x)}: {message}")
+            elif isinstance(v, dict):
+                for k in v:
+                    for rule, message in item_rules:
+                        if not _rule_ok(rule, k):
+                            ctx.err(child(path, k), f"Invalid value: {cel_value(k)}: {message}")
+        for check in checks:
+            ctx.run(check, v, path, ctx)
+
+    return finish
 
 
 def is_rfc3339(v: str) -> bool:
