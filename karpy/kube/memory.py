@@ -51,6 +51,9 @@ from .selectors import parse_field_selector, parse_label_selector, selector_to_s
 from .times import fmt_time
 
 HISTORY = 20000  # watch events kept per kind for watches that resume from a resourceVersion
+# kinds written in great numbers that are nobody's owner and take no generated name of another object's:
+# not indexed by uid, their names not reserved against generated ones (names stay unique per kind)
+UNINDEXED_KINDS = frozenset({"Event"})
 PDB_MULTIPLE = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 PDB_VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
 
@@ -347,7 +350,8 @@ class MemoryAPI:
             if (ns, name) in store:
                 raise E.AlreadyExists(f'{_resource_name(kind)} "{name}" already exists', kind=_plural(kind),
                                       name=name, group=_group(kind))
-            self.names.reserve(name)
+            if kind not in UNINDEXED_KINDS:
+                self.names.reserve(name)
             meta["name"] = name
             if is_namespaced(kind):
                 meta["namespace"] = ns
@@ -367,7 +371,8 @@ class MemoryAPI:
             if kind == "Pod":
                 new = self._admit_pod(new)
             store[(ns, name)] = new
-            self._by_uid[meta["uid"]] = (kind, ns, name)
+            if kind not in UNINDEXED_KINDS:
+                self._by_uid[meta["uid"]] = (kind, ns, name)
             self._index_owners(kind, ns, name, None, new)
             self._emit(kind, ADDED, new, None)
             return new
