@@ -194,6 +194,7 @@ class MemoryAPI:
         self._history_size: dict[str, int] = {}
         self.pod_admission: Callable[[dict], dict] | None = None  # more admission for new pods (karpy sandbox's)
         self._event_seq = 0
+        self._scheduled: tuple[str | None, dict] = (None, {})
 
     # --- reading -----------------------------------------------------------------------------
     @property
@@ -695,7 +696,10 @@ class MemoryAPI:
             new["spec"] = {**pod.get("spec", {}), "nodeName": node}
             status = dict(pod.get("status") or {})
             conds = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
-            conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": fmt_time(self.clock.now())})
+            ts = fmt_time(self.clock.now())
+            if self._scheduled[0] != ts:  # pods bound at one instant share the condition (never mutated)
+                self._scheduled = (ts, {"type": "PodScheduled", "status": "True", "lastTransitionTime": ts})
+            conds.append(self._scheduled[1])
             status["conditions"] = conds
             new["status"] = status
             nm = dict(_meta(pod))

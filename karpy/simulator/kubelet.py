@@ -146,6 +146,7 @@ class Kubelets:
         self.workloads = workloads
         self.bound: dict[str, set[str]] = {}  # node -> pod keys bound to it
         self.addresses = Addresses()
+        self._ready: tuple[str | None, dict[str, dict]] = (None, {})  # the Ready conditions of pods started at one instant
         self.not_ready: set[str] = set()  # nodes whose kubelet a Scenario `condition` step made report Ready != True
 
     def setup(self, mgr: Manager) -> None:
@@ -288,10 +289,12 @@ class Kubelets:
             status["podIP"] = pod_ip
             status["podIPs"] = [{"ip": pod_ip}]
         conds = {c.get("type"): c for c in status.get("conditions") or ()}
+        if self._ready[0] != ts:  # pods started at one instant share their conditions (stored objects are never mutated)
+            self._ready = (ts, {t: {"type": t, "status": "True", "lastTransitionTime": ts} for t in READY_CONDITIONS})
         for t in READY_CONDITIONS:
             if t == "PodScheduled" and t in conds:
                 continue
-            conds[t] = {"type": t, "status": "True", "lastTransitionTime": ts}
+            conds[t] = self._ready[1][t]
         status["conditions"] = [conds[t] for t in READY_CONDITIONS if t in conds]
         self.api.patch("Pod", name, {"status": status}, ns, subresource="status")
         run_for = (pod["metadata"].get("annotations") or {}).get(RUN_FOR)
