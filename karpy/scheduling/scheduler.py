@@ -612,6 +612,8 @@ class Scheduler:
         self._cm_dom: dict[str, np.ndarray] = {}  # per label, the open NodeClaims' domain codes (see _domain_codes)
         self._dom_ids: dict[str, int] = {}
         self._dom_names: list[str] = []
+        self._host_rows: dict[str, int] = {}  # open NodeClaims' hostnames -> rows
+        self._refused_rows: dict[tuple, list] = {}  # see _hostname_refused
         self._universe_cache: dict[str, set[str]] = {}
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
@@ -888,7 +890,7 @@ class Scheduler:
         NodeClaim that reached that count last comes first, and a new NodeClaim after older ones). A heap for a
         class placed in bulk; for a topology-bound class, :class:`_Buckets` by the domain of its one key."""
         n = len(self.claims)
-        bucketed = cls.topology_bound()
+        bucketed = cls.topology_bound() and not self._counted_only(cls)
         if bucketed:
             key = self._single_key(cls)
             queue = _Buckets(key, self.claims)
@@ -900,6 +902,10 @@ class Scheduler:
             rows = np.flatnonzero(ok)
         else:
             rows = np.arange(n)
+        if bucketed and self._hostname_only(cls):
+            refused = self._hostname_refused(cls, n)
+            if refused is not None:
+                rows = rows[~refused[rows]]
         keys = self._cm_key[rows]
         if not bucketed:
             heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
@@ -917,6 +923,46 @@ class Scheduler:
             queue.add_sorted(self._dom_names[code] if code >= 0 else None, rows[sel].tolist(),
                              keys[sel, 0].tolist(), keys[sel, 1].tolist())
         return queue
+
+    def _hostname_refused(self, cls: _Class, n: int) -> np.ndarray | None:
+        """Which of the first ``n`` open NodeClaims the class's hostname counts refuse now, and so for the rest
+        of its placement (for a class whose topology terms are all keyed on the hostname, see
+        :meth:`_hostname_only`): the conditions of :meth:`_topology_cap`, read from domain lists the groups keep
+        as pods are recorded, turned into rows once. None when it refuses none."""
+        watched: list[tuple[TopologyGroup, int, bool]] = []
+        for g, self_sel, _ in cls.spreads:
+            watched.append((g, g.max_skew if self_sel else g.max_skew + 1, False))
+        for g, self_sel in cls.antis:
+            watched.append((g, 1, False))
+            if self_sel:
+                watched.append((g, 1, True))
+        for g in cls.inverse():
+            watched.append((g, 1, True))
+        if not watched:
+            return None
+        rows = self._host_rows
+        for c in self.claims[len(rows):]:
+            rows[c.hostname] = c.row
+        size = len(self._cm_key)
+        out = None
+        for g, t, owners in watched:
+            if t <= 0:  # refuses every NodeClaim, whatever the counts: left to the NodeClaims' own checks
+                continue
+            lst = g.reached(t, owners)
+            k = (id(g), t, owners)
+            hit = self._refused_rows.get(k)
+            if hit is None or hit[0] is not lst:
+                hit = self._refused_rows[k] = [lst, 0, np.zeros(size, dtype=bool), g]
+            if len(hit[2]) < size:
+                hit[2] = np.concatenate([hit[2], np.zeros(size - len(hit[2]), dtype=bool)])
+            mask = hit[2]
+            for h in lst[hit[1]:]:
+                r = rows.get(h)
+                if r is not None:
+                    mask[r] = True
+            hit[1] = len(lst)
+            out = mask[:n].copy() if out is None else out | mask[:n]
+        return out
 
     def _domain_codes(self, key: str) -> np.ndarray:
         """Per open NodeClaim row, the code of its domain of ``key`` (-1: not known yet), kept up to date by
@@ -970,7 +1016,7 @@ class Scheduler:
         pod of the class, and neither does one refused by hostname terms alone (counts on a hostname only grow)."""
         claims = self.claims
         placed = False
-        if not cls.topology_bound():
+        if not cls.topology_bound() or self._counted_only(cls):
             while cls.pods and heap:
                 _, _, i = heapq.heappop(heap)
                 c = claims[i]
@@ -1023,20 +1069,34 @@ class Scheduler:
                 break
         return placed
 
-    def _single_key(self, cls: _Class) -> str | None:
-        """The one label every topology term that concerns the class is keyed on, if it is not the hostname."""
+    def _judging_groups(self, cls: _Class) -> list[TopologyGroup]:
+        """The topology groups whose counts can refuse a pod of the class, or narrow where it goes: its own
+        spreads and pod (anti-)affinity terms, the anti-affinity terms of others that select it, and (with
+        ZonePinning) the spreads that count it. Without ZonePinning a spread that only counts the class never
+        decides where it goes."""
         groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
-        groups += cls.inverse() + [g for g in cls.selecting() if g.kind == SPREAD]
-        keys = {g.key for g in groups}
+        groups += cls.inverse()
+        if self.pin_counted:
+            groups += [g for g in cls.selecting() if g.kind == SPREAD]
+        return groups
+
+    def _counted_only(self, cls: _Class) -> bool:
+        """Whether topology only counts the class's pods, never judges them: they are placed in bulk, as pods
+        without topology (acceptance does not follow the counts, and recording n pods at once counts as n
+        pods recorded one by one)."""
+        return not self._judging_groups(cls)
+
+    def _single_key(self, cls: _Class) -> str | None:
+        """The one label every topology term that can refuse the class is keyed on, if it is not the hostname."""
+        keys = {g.key for g in self._judging_groups(cls)}
         if len(keys) == 1 and LABEL_HOSTNAME not in keys:
             return next(iter(keys))
         return None
 
     def _hostname_only(self, cls: _Class) -> bool:
-        """Whether every topology term that concerns the class is keyed on the hostname."""
-        groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
-        groups += cls.inverse() + [g for g in cls.selecting() if g.kind == SPREAD]
-        return all(g.key == LABEL_HOSTNAME for g in groups) and not cls.affinities
+        """Whether every topology term that can refuse the class is keyed on the hostname (and none is pod
+        affinity): a refusal is then for good, as counts on a hostname only grow."""
+        return all(g.key == LABEL_HOSTNAME for g in self._judging_groups(cls)) and not cls.affinities
 
     # --- capacity of one node or claim for a class -------------------------------------
     def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:

@@ -20,7 +20,8 @@ ANTI_AFFINITY = "anti-affinity"
 
 
 class TopologyGroup:
-    __slots__ = ("kind", "key", "namespaces", "selector", "max_skew", "min_domains", "counts", "owners", "total", "ident")
+    __slots__ = ("kind", "key", "namespaces", "selector", "max_skew", "min_domains", "counts", "owners", "total", "ident",
+                 "_reached")
 
     def __init__(self, kind: str, key: str, namespaces: frozenset[str] | None, selector: LabelSelector,
                  max_skew: int = 0, min_domains: int | None = None):
@@ -35,6 +36,8 @@ class TopologyGroup:
         self.owners: dict[str, int] = {}
         self.total = 0
         self.ident = (kind, key, namespaces, selector.sig, max_skew, min_domains)
+        # (owners?, threshold) -> domains whose count reached the threshold, in the order they did (see reached)
+        self._reached: dict[tuple[bool, int], list[str]] = {}
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         if self.namespaces is not None and namespace not in self.namespaces:
@@ -42,11 +45,38 @@ class TopologyGroup:
         return self.selector.matches(labels)
 
     def record(self, domain: str, n: int = 1) -> None:
-        self.counts[domain] = self.counts.get(domain, 0) + n
+        old = self.counts.get(domain, 0)
+        self.counts[domain] = old + n
         self.total += n
+        if self._reached:
+            self._track(False, domain, old, old + n)
 
     def record_owner(self, domain: str, n: int = 1) -> None:
-        self.owners[domain] = self.owners.get(domain, 0) + n
+        old = self.owners.get(domain, 0)
+        self.owners[domain] = old + n
+        if self._reached:
+            self._track(True, domain, old, old + n)
+
+    def reached(self, threshold: int, owners: bool = False) -> list[str]:
+        """The domains whose pod count (or, with ``owners``, owner count) is at least ``threshold``, in the
+        order they got there. The list is kept up to date as pods are recorded and only grows while counts
+        grow, so a reader may remember how far it read; a count that drops replaces the list (compare it by
+        identity)."""
+        k = (owners, threshold)
+        out = self._reached.get(k)
+        if out is None:
+            src = self.owners if owners else self.counts
+            out = self._reached[k] = [d for d, c in src.items() if c >= threshold]
+        return out
+
+    def _track(self, owners: bool, domain: str, old: int, new: int) -> None:
+        for (o, t), lst in list(self._reached.items()):
+            if o is not owners:
+                continue
+            if old < t <= new:
+                lst.append(domain)
+            elif new < t <= old:
+                del self._reached[(o, t)]  # rebuilt on the next question
 
     def describe(self) -> str:
         if self.kind == SPREAD:
