@@ -174,7 +174,8 @@ class SimulatedCloud:
                 od = {o.zone: o for o in it.offerings if o.capacity_type == "on-demand"}
                 extra = [Offering(zone=r.zone, capacity_type="reserved", reservation_id=r.id,
                                   price=r.price if r.price is not None else od[r.zone].price,
-                                  available=self.reservation_used(r.id) < r.count)
+                                  available=self.reservation_used(r.id) < r.count,
+                                  reservation_capacity=max(r.count - self.reservation_used(r.id), 0))
                          for r in rs if r.zone in od or r.price is not None]
                 it = replace(it, offerings=list(it.offerings) + extra)
             out.append(it)

@@ -58,6 +58,7 @@ class Offering:
     available: bool = True
     price_estimated: bool = False  # True when the catalog assumed this price (see the catalog's notes)
     reservation_id: str | None = None
+    reservation_capacity: int | None = None  # a reserved offering's instances left in its reservation
     price_source: str = PRICE_FROM_CATALOG
     billed_price: float | None = None
 

@@ -43,6 +43,7 @@ NO_COMPATIBLE_MESSAGE = "NodePool requirements filtered out all compatible avail
 FILTERED_OUT_ERROR = "nodepool requirements filtered out all available instance types"
 from ..runtime.log import go_duration, pretty_slice
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
+from ..scheduling.reservations import RESERVED_OFFERING_ERROR
 from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
 from ..scheduling.volumes import has_volume_claims
 from ..state import pods as P
@@ -369,7 +370,8 @@ class Provisioner:
         self.solves += 1
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
                       respect_preferences=env.settings.respect_preferences,
-                      refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"))
+                      refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"),
+                      reserved_strict=True)  # upstream's provisioner: DisableReservedCapacityFallback
         infos = [c.pod_info(e) for e in pods]
         results = s.solve(infos)
         if env.settings.gate(capacitybuffer.GATE):
@@ -412,8 +414,8 @@ class Provisioner:
             self.create_nodeclaims([(nc, *classes[nc.template.nodepool]) for nc in results.new_nodeclaims])
         for key, why in results.errors.items():
             e = c.pods.get(key)
-            if e is None:
-                continue
+            if e is None or RESERVED_OFFERING_ERROR in why:
+                continue  # as upstream: a pod waiting for a reservation other NodeClaims hold is retried silently
             others = list(problems.values())
             if why == "no nodepools found" and any(p.endswith(FILTERED_OUT_ERROR) for p in others):
                 why = FILTERED_OUT_ERROR  # NodePools exist; their requirements left no instance type (upstream's error)

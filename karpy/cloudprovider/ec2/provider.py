@@ -178,7 +178,7 @@ class EC2CloudProvider:
                 od = {o.zone: o for o in it.offerings if o.capacity_type == "on-demand"}
                 extra = [Offering(r["availabilityZone"], "reserved", od[r["availabilityZone"]].price / 10_000_000,
                                   available=r.get("state") == "active" and self.reservation_left(r["id"]) > 0,
-                                  reservation_id=r["id"])
+                                  reservation_id=r["id"], reservation_capacity=max(self.reservation_left(r["id"]), 0))
                          for r in rs if r["availabilityZone"] in od]
                 it = dataclasses.replace(it, offerings=[*it.offerings, *extra])
             out.append(it)
