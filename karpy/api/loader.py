@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
+import operator
 import os
 import re
 import stat
@@ -112,6 +113,22 @@ _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
     """SafeLoader that keeps timestamps as strings and rejects duplicate keys (as kubectl does)."""
 
+    # The composer calls these two around every node to follow path resolvers, which this loader has none
+    # of (asserted below): C callables that ignore their arguments save a Python call each.
+    descend_resolver = staticmethod(operator.is_)
+    ascend_resolver = staticmethod(tuple)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The tag of a node; that of a plain scalar is remembered (manifests repeat their words)."""
+        if kind is yaml.ScalarNode and implicit[0]:
+            tag = _PLAIN_TAGS.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(value) <= 64 and len(_PLAIN_TAGS) < 65536:
+                    _PLAIN_TAGS[value] = tag
+            return tag
+        return super().resolve(kind, value, implicit)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: dict[str, int] = {}
@@ -134,59 +151,115 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
         walk of the node tree; anything else (tags, merge keys, sets, binary) by PyYAML's constructor."""
         self._budget = MAX_VALUES_PER_DOCUMENT
         try:
-            return _CleanDocument(self._fast(node, set()))
+            if node.__class__ is yaml.ScalarNode:
+                self._budget -= 1
+                if self._budget < 0:
+                    raise _TooBig()
+                return _CleanDocument(self._scalar(node))
+            return _CleanDocument(self._collection(node, set()))
         except _Fallback:
             return super().construct_document(node)
 
-    def _fast(self, node: Any, seen: set[int]) -> Any:
-        # the result is already what _to_json makes of a document: a fresh JSON-shaped tree
+    # The fast constructor counts every node (keys too) in document order against the value budget, and
+    # gives way to PyYAML's constructor at the first alias of a map or list, tag, merge key or non-finite
+    # number. Its result is already what _to_json makes of a document: a fresh JSON-shaped tree.
+
+    def _scalar(self, node: Any) -> Any:
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag == _INT:
+            return self.construct_yaml_int(node)
+        if tag == _BOOL:
+            return self.construct_yaml_bool(node)
+        if tag == _NULL:
+            return None
+        if tag == _FLOAT:
+            f = self.construct_yaml_float(node)
+            if not math.isfinite(f):
+                raise _Fallback()
+            return f
+        raise _Fallback()
+
+    def _collection(self, node: Any, seen: set[int]) -> Any:
+        """A map or list, and what it holds."""
         if id(node) in seen:
             raise _Fallback()  # an alias: the slow path expands it within the value budget
         self._budget -= 1
         if self._budget < 0:
             raise _TooBig()  # no alias met so far: the document itself is that large
         cls = node.__class__
-        if cls is yaml.ScalarNode:
-            tag = node.tag
-            if tag == _STR:
-                return node.value
-            if tag == _INT:
-                return self.construct_yaml_int(node)
-            if tag == _BOOL:
-                return self.construct_yaml_bool(node)
-            if tag == _NULL:
-                return None
-            if tag == _FLOAT:
-                f = self.construct_yaml_float(node)
-                if not math.isfinite(f):
-                    raise _Fallback()
-                return f
-            raise _Fallback()
         if cls is yaml.MappingNode:
             if node.tag != _MAP:
                 raise _Fallback()
-            out: dict = {}
             seen.add(id(node))
-            lines: dict = {}
-            for key_node, value_node in node.value:
-                if key_node.__class__ is not yaml.ScalarNode or key_node.tag == _MERGE:
-                    raise _Fallback()
-                k = self._fast(key_node, seen)
-                if not isinstance(k, str):
-                    k = _key_str(k)
-                if k in lines:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f'mapping key "{key_node.value}" already defined at line {lines[k] + 1}', key_node.start_mark)
-                lines[k] = key_node.start_mark.line
-                out[k] = self._fast(value_node, seen)
-            return out
+            return self._mapping(node, seen)
         if cls is yaml.SequenceNode:
             if node.tag != _SEQ:
                 raise _Fallback()
             seen.add(id(node))
-            return [self._fast(v, seen) for v in node.value]
+            return self._sequence(node, seen)
         raise _Fallback()
+
+    def _mapping(self, node: Any, seen: set[int]) -> dict:
+        budget = self._budget
+        out: dict = {}
+        scalar = yaml.ScalarNode
+        for key_node, value_node in node.value:
+            if key_node.__class__ is not scalar or key_node.tag == _MERGE:
+                raise _Fallback()
+            budget -= 1
+            if budget < 0:
+                raise _TooBig()
+            if key_node.tag == _STR:
+                k = key_node.value
+            else:
+                k = self._scalar(key_node)
+                if not isinstance(k, str):
+                    k = _key_str(k)
+            if k in out:
+                self._duplicate_key(node, key_node, k)
+            if value_node.__class__ is scalar:
+                budget -= 1
+                if budget < 0:
+                    raise _TooBig()
+                out[k] = value_node.value if value_node.tag == _STR else self._scalar(value_node)
+            else:
+                self._budget = budget
+                out[k] = self._collection(value_node, seen)
+                budget = self._budget
+        self._budget = budget
+        return out
+
+    def _sequence(self, node: Any, seen: set[int]) -> list:
+        budget = self._budget
+        out: list = []
+        scalar = yaml.ScalarNode
+        for item in node.value:
+            if item.__class__ is scalar:
+                budget -= 1
+                if budget < 0:
+                    raise _TooBig()
+                out.append(item.value if item.tag == _STR else self._scalar(item))
+            else:
+                self._budget = budget
+                out.append(self._collection(item, seen))
+                budget = self._budget
+        self._budget = budget
+        return out
+
+    def _duplicate_key(self, node: Any, key_node: Any, k: str) -> None:
+        """The error for a key given twice in a map (as strings: 1 and "1" are the same key), at its first line."""
+        for first, _ in node.value:
+            fk = first.value if first.tag == _STR else _key_str(self._scalar(first))
+            if fk == k:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f'mapping key "{key_node.value}" already defined at line {first.start_mark.line + 1}',
+                    key_node.start_mark)
+
+
+_PLAIN_TAGS: dict[str, str] = {}  # plain scalar -> its tag under _Loader's implicit resolvers
 
 
 class _Fallback(Exception):
@@ -212,6 +285,7 @@ _SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
 
 
+assert not _Loader.yaml_path_resolvers
 _Loader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for ch, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
