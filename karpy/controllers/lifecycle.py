@@ -134,7 +134,11 @@ class Lifecycle:
         if mine is not None and (etype == DELETED or not newer(mine, obj)):
             del self._written[meta["name"]]  # the cache has caught up with our own write
         if etype == DELETED:
+            self._launched.pop(meta.get("uid") or meta["name"], None)
             return
+        if self._launched and is_true(obj, "Launched"):
+            # the cache shows the launch: its result is no longer needed to guard against launching twice
+            self._launched.pop(meta.get("uid") or meta["name"], None)
         if not meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or ()) and is_true(obj, "Ready"):
             return  # launched, registered and initialized: nothing left to do until it is deleted
         self.env.mgr.enqueue(self, meta["name"])
