@@ -348,3 +348,45 @@ def test_machine_drift_rows(fake, drift_provider, change, expect):
     elif change == "kubernetes version new":
         status["kubernetesVersion"] = "1.34.0"
     assert p.is_drifted(nodeclaim, {**NODECLASS, "status": status}) == expect
+
+
+def test_garbage_collection_of_unclaimed_machines(fake, provider):
+    from karpy.cloudprovider.arm.controllers import GarbageCollector
+
+    class Mgr:
+        claims: list = []
+
+        def list(self, kind):
+            return self.claims if kind == "NodeClaim" else []
+
+    class Log:
+        def info(self, *a, **k):
+            pass
+        error = info
+
+    kept = provider.create(claim(name="kept-00001"))
+    provider.create(claim(name="orphan-00001"))
+    Mgr.claims = [{"metadata": {"name": "kept-00001"}, "status": {"providerID": kept["status"]["providerID"]}}]
+    gc = GarbageCollector(Mgr(), None, provider, Log(), now=provider.clock)
+    wait(lambda: not provider.machines_pending)
+    assert gc.collect() == []  # machines younger than 5 minutes are kept
+    provider.clock.t += 400
+    assert [p.rsplit("/", 1)[-1] for p in gc.collect()] == [f"aks-{POOL}-orphan-00001-12345678-vm"]
+    wait(lambda: set(fake.machines) == {"kept-00001"})
+    assert fake.calls("POST", r"/deleteMachines$")[-1]["body"] == {"machineNames": ["orphan-00001"]}
+
+
+def test_controller_exits_2_naming_the_missing_pool(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import IDENTITY, SSH, SUBNET, TOKEN
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CLUSTER_ENDPOINT": "https://x.hcp.eastus.azmk8s.io:443",
+           "AZURE_SUBSCRIPTION_ID": SUBSCRIPTION, "LOCATION": "eastus", "AZURE_NODE_RESOURCE_GROUP": NODE_RG,
+           "VNET_SUBNET_ID": SUBNET, "KUBELET_BOOTSTRAP_TOKEN": TOKEN, "SSH_PUBLIC_KEY": SSH, "NODE_IDENTITIES": IDENTITY,
+           "PROVISION_MODE": "aksmachineapi"}
+    r = subprocess.run([sys.executable, "-m", "karpy.cli", "controller", "--cloud-provider", "azure",
+                        "--cluster-name", "c"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "AKS_MACHINES_POOL_NAME" in r.stderr and "ARM_RESOURCE_GROUP" in r.stderr
