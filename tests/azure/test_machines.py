@@ -390,3 +390,30 @@ def test_controller_exits_2_naming_the_missing_pool(tmp_path):
                         "--cluster-name", "c"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "AKS_MACHINES_POOL_NAME" in r.stderr and "ARM_RESOURCE_GROUP" in r.stderr
+
+
+def test_nodeclass_settings_reach_the_machine(fake, drift_provider):
+    from .conftest import SUBNET
+
+    p = drift_provider
+    p.objects[("AKSNodeClass", "default")] = {
+        "kind": "AKSNodeClass", "metadata": {"name": "default"},
+        "spec": {"imageFamily": "AzureLinux", "osDiskSizeGB": 64, "maxPods": 50, "vnetSubnetID": SUBNET,
+                 "security": {"encryptionAtHost": True},
+                 "kubelet": {"cpuManagerPolicy": "static", "imageGCHighThresholdPercent": 80,
+                             "containerLogMaxSize": "50Mi", "podPidsLimit": 4096,
+                             "allowedUnsafeSysctls": ["net.core.somaxconn"]}},
+        "status": {"kubernetesVersion": "1.33.2"}}
+    c = claim(types=("Standard_D8ds_v5",))
+    c["spec"]["taints"] = [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]
+    p.create(c)
+    body = machine_puts(fake)[0]["body"]["properties"]
+    assert body["network"] == {"vnetSubnetID": SUBNET}
+    assert body["operatingSystem"] == {"osType": "Linux", "osSKU": "AzureLinux", "osDiskSizeGB": 64,
+                                       "osDiskType": "Ephemeral", "enableFIPS": False}
+    assert body["nodeImageVersion"] == "AKSAzureLinux-V3gen2-202506.01.0"
+    k = body["kubernetes"]
+    assert k["maxPods"] == 50 and k["nodeInitializationTaints"][0] == "dedicated=batch:NoSchedule"
+    assert k["kubeletConfig"] == {"cpuManagerPolicy": "static", "imageGcHighThreshold": 80, "containerLogMaxSizeMB": 50,
+                                  "podMaxPids": 4096, "allowedUnsafeSysctls": ["net.core.somaxconn"]}
+    assert body["security"]["enableEncryptionAtHost"] is True
