@@ -294,6 +294,49 @@ class _Claim:
         return None
 
 
+_RANK_SHIFT = 32
+_RANK_OFFSET = 1 << 31
+
+
+class _Run:
+    """NodeClaims in order, read lazily: the smallest keys are sorted in growing chunks as they are reached, so a
+    class that tries a few NodeClaims out of thousands pays for a partial selection, not a full sort."""
+
+    __slots__ = ("keys", "rows", "head", "pos", "chunk")
+
+    def __init__(self, keys: np.ndarray, rows: np.ndarray):
+        self.keys = keys  # (count << 32) + rank + 2**31: ordered as (count, rank)
+        self.rows = rows
+        self.head: list[tuple[int, int, int]] = []
+        self.pos = 0
+        self.chunk = 8
+
+    def peek(self) -> tuple[int, int, int] | None:
+        if self.pos == len(self.head):
+            if not len(self.keys):
+                return None
+            self._next_chunk()
+        return self.head[self.pos]
+
+    def _next_chunk(self) -> None:
+        keys, rows = self.keys, self.rows
+        k = self.chunk
+        self.chunk = 2 * k
+        if k >= len(keys):
+            order = np.argsort(keys)
+            take, self.keys, self.rows = order, keys[:0], rows[:0]
+        else:
+            part = np.argpartition(keys, k - 1)
+            take = part[:k]
+            take = take[np.argsort(keys[take])]
+            rest = part[k:]
+            self.keys, self.rows = keys[rest], rows[rest]
+        sk = keys[take]
+        self.head = list(zip((sk >> _RANK_SHIFT).tolist(),
+                             ((sk & ((1 << _RANK_SHIFT) - 1)) - _RANK_OFFSET).tolist(), rows[take].tolist()))
+        self.pos = 0
+
+
 class _Buckets:
     """The in-flight NodeClaims a topology-bound class may try, in the order of :meth:`Scheduler._in_flight`,
     held per domain of ``key`` (None: a domain not yet known, or no key). When every topology term of the
@@ -301,56 +344,53 @@ class _Buckets:
     NodeClaims are never looked at for that pod, so a pod costs the same however many NodeClaims the refused
     domains hold.
 
-    Each domain keeps the NodeClaims found at the start, already sorted, behind a cursor (read as they are
-    reached, never copied into a heap) and a heap of those pushed since (a NodeClaim that took a pod, one set
-    aside for a pod, a new one)."""
+    Each domain keeps the NodeClaims found at the start in a :class:`_Run` (sorted lazily, as far as they are
+    reached) and a heap of those pushed since (a NodeClaim that took a pod, one set aside for a pod, a new
+    one)."""
 
     __slots__ = ("key", "claims", "buckets")
 
     def __init__(self, key: str | None, claims: list["_Claim"]):
         self.key = key
         self.claims = claims
-        # domain -> [cursor, rows, counts, ranks, heap of (count, rank, row)]
-        self.buckets: dict[str | None, list] = {}
+        self.buckets: dict[str | None, tuple[_Run | None, list[tuple[int, int, int]]]] = {}
 
-    def add_sorted(self, domain: str | None, rows: list[int], counts: list[int], ranks: list[int]) -> None:
-        self.buckets[domain] = [0, rows, counts, ranks, []]
+    def add_run(self, domain: str | None, keys: np.ndarray, rows: np.ndarray) -> None:
+        self.buckets[domain] = (_Run(keys, rows), [])
 
     def __bool__(self) -> bool:
-        return any(b[0] < len(b[1]) or b[4] for b in self.buckets.values())
+        return any(h or (r is not None and r.peek() is not None) for r, h in self.buckets.values())
 
     def push(self, entry: tuple[int, int, int], domain: str | None = None, known: bool = False) -> None:
         if not known:
             domain = self.claims[entry[2]].domain(self.key) if self.key is not None else None
         b = self.buckets.get(domain)
         if b is None:
-            self.buckets[domain] = [0, [], [], [], [entry]]
+            self.buckets[domain] = (None, [entry])
         else:
-            heapq.heappush(b[4], entry)
+            heapq.heappush(b[1], entry)
 
     def pop(self, refused: set[str]) -> tuple[tuple[int, int, int] | None, str | None]:
         """The first entry, in order, outside the refused domains, and its domain; (None, None) when none is left."""
         best = None
         where = None
-        from_base = False
-        for d, b in self.buckets.items():
+        from_run = False
+        for d, (run, h) in self.buckets.items():
             if d is not None and d in refused:
                 continue
-            pos = b[0]
-            if pos < len(b[1]):
-                e = (b[2][pos], b[3][pos], b[1][pos])
-                if best is None or e < best:
-                    best, where, from_base = e, d, True
-            h = b[4]
+            if run is not None:
+                e = run.peek()
+                if e is not None and (best is None or e < best):
+                    best, where, from_run = e, d, True
             if h and (best is None or h[0] < best):
-                best, where, from_base = h[0], d, False
+                best, where, from_run = h[0], d, False
         if best is None:
             return None, None
-        b = self.buckets[where]
-        if from_base:
-            b[0] += 1
+        run, h = self.buckets[where]
+        if from_run:
+            run.pos += 1
         else:
-            heapq.heappop(b[4])
+            heapq.heappop(h)
         return best, where
 
 
@@ -911,17 +951,20 @@ class Scheduler:
             heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
             heapq.heapify(heap)
             return heap
-        # (count, rank) is unique per NodeClaim, so sorting on it is the heap's order
-        order = np.lexsort((keys[:, 1], keys[:, 0]))
-        rows, keys = rows[order], keys[order]
+        # (count, rank) is unique per NodeClaim: one integer key in that order
+        ck = (keys[:, 0] << _RANK_SHIFT) + (keys[:, 1] + _RANK_OFFSET)
         if key is None:
-            queue.add_sorted(None, rows.tolist(), keys[:, 0].tolist(), keys[:, 1].tolist())
+            queue.add_run(None, ck, rows)
             return queue
         codes = self._domain_codes(key)[rows]
-        for code in np.unique(codes).tolist():
-            sel = codes == code
-            queue.add_sorted(self._dom_names[code] if code >= 0 else None, rows[sel].tolist(),
-                             keys[sel, 0].tolist(), keys[sel, 1].tolist())
+        present = np.flatnonzero(np.bincount(codes + 1))
+        if len(present) == 1:
+            code = int(present[0]) - 1
+            queue.add_run(self._dom_names[code] if code >= 0 else None, ck, rows)
+            return queue
+        for c1 in present.tolist():
+            sel = codes == c1 - 1
+            queue.add_run(self._dom_names[c1 - 1] if c1 > 0 else None, ck[sel], rows[sel])
         return queue
 
     def _hostname_refused(self, cls: _Class, n: int) -> np.ndarray | None:
