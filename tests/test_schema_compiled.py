@@ -119,3 +119,40 @@ def test_a_schema_that_holds_itself():
     schema.walk(doc, tree, "", ctx)
     assert ctx.errors == [("children[0].children[0].name", "Required value"),
                           ("children[0].children[1]", "Invalid value: null: must be of type object, got null")]
+
+
+def _pod(i: int, spec: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"}, "spec": copy.deepcopy(spec)}
+
+
+def test_pods_sharing_a_spec_each_get_their_own_validated_copy():
+    spec = {"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]}
+    results = [validate_manifest(_pod(i, spec)) for i in range(3)]
+    assert all(r.errors == [] for r in results)
+    assert results[0].obj["spec"]["restartPolicy"] == "Always"  # defaults applied to every copy
+    assert all(r.obj["spec"] == results[0].obj["spec"] for r in results)
+    first, second = results[1].obj["spec"], results[2].obj["spec"]
+    assert first["containers"][0] is not second["containers"][0]
+    first["containers"][0]["name"] = "changed"  # the simulation may change one pod's spec ...
+    again = validate_manifest(_pod(9, spec))
+    assert again.obj["spec"]["containers"][0]["name"] == "app"  # ... and no other pod sees it
+
+
+def test_a_spec_with_errors_reports_them_every_time():
+    good = {"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]}
+    bad = {"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "-1"}}}]}
+    expected = [("spec.containers[0].resources.requests.cpu", 'Invalid value: "-1": must be greater than or equal to 0')]
+    for spec in (good, bad, good, bad):
+        errors = validate_manifest(_pod(0, spec)).errors
+        assert errors == (expected if spec is bad else [])
+
+
+def test_specs_that_differ_only_in_types_are_not_confused():
+    ints = {"containers": [{"name": "app", "image": "nginx"}], "priority": 1}
+    floats = {"containers": [{"name": "app", "image": "nginx"}], "priority": 1.5}
+    bools = {"containers": [{"name": "app", "image": "nginx"}], "priority": True}
+    assert validate_manifest(_pod(0, ints)).errors == []
+    assert validate_manifest(_pod(0, floats)).errors == [
+        ("spec.priority", "Invalid value: 1.5: must be of type integer, got number")]
+    assert validate_manifest(_pod(0, bools)).errors == [
+        ("spec.priority", "Invalid value: true: must be of type integer, got boolean")]

@@ -815,6 +815,7 @@ def pod_spec() -> Node:
         },
         defaulter=_default_pod_spec,
         checks=[_check_containers, _check_pod_spec_misc, _check_pod_request_totals],
+        memo=True,  # its hooks read only the spec: pods sharing a spec have it validated once
     )
 
 

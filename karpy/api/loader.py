@@ -127,7 +127,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
                 if len(value) <= 64 and len(_PLAIN_TAGS) < 65536:
                     _PLAIN_TAGS[value] = tag
             return tag
-        return super().resolve(kind, value, implicit)
+        # without path resolvers, every other node has its kind's default tag
+        if kind is yaml.ScalarNode:
+            return _STR
+        return _MAP if kind is yaml.MappingNode else _SEQ
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
@@ -412,7 +415,7 @@ def _too_deep(text: str) -> tuple[int, int] | None:
     bound; the others are walked as a stream of parser events, which is not recursive."""
     flow = text.count("[") + text.count("{")
     room = (MAX_DEPTH - 2 - flow) // 2
-    if room > 0 and re.search(r"[^\n]{%d}" % room, text) is None:
+    if room > 0 and re.search(r"(?m)^[^\n]{%d}" % room, text) is None:  # tried at line starts only
         return None
     depth = 0
     doc_line = 0

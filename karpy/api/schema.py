@@ -263,6 +263,7 @@ class Node:
         "allow_float",
         "description",
         "transition_rules",
+        "memo",
         "_fns",
     )
 
@@ -296,6 +297,7 @@ class Node:
         allow_float: bool = False,
         description: str | None = None,
         transition_rules: Iterable[tuple[str, str]] = (),
+        memo: bool = False,
     ):
         self.type = type
         self.props = props
@@ -324,6 +326,9 @@ class Node:
         self.allow_float = allow_float
         self.description = description
         self.transition_rules = tuple(transition_rules)  # (CEL rule, message): for the CRD only
+        # the node's validation depends only on its value and path (its hooks read nothing else from the
+        # Ctx): a value met again that had no errors the first time is not validated again (see _memoized)
+        self.memo = memo
         self._fns: list | None = None  # [generation, validator, CRD validator], made by _compiled
         if type == "object" and props is None and additional is None:
             self.preserve = True  # an object with no declared shape keeps whatever it holds
@@ -852,7 +857,7 @@ def _make(n: Node, crd: bool, made: dict[int, _Validator]) -> _Validator | None:
                 finish(v, path, ctx)
             return v
 
-        return validate_collection
+        return _memoized(validate_collection) if n.memo and t == "object" else validate_collection
 
     type_ok = _type_test(t, crd)
     coerce = t in _INTEGRAL_TYPES
@@ -872,6 +877,46 @@ def _make(n: Node, crd: bool, made: dict[int, _Validator]) -> _Validator | None:
         return v
 
     return validate_value
+
+
+MEMO_SIZE = 4096  # values remembered per memo node (then it starts afresh)
+
+
+def _memoized(validate: _Validator) -> _Validator:
+    """``validate`` for a memo node's maps: a map equal to one validated before at the same path without
+    errors (``repr`` tells lists from tuples and 1 from 1.0 and True) becomes what that one became, a fresh
+    copy, with no errors; so thousands of pods that share a spec have it validated once."""
+    done: dict[tuple[str, str], str] = {}  # (path, repr of the map) -> the validated map, as JSON
+    dumps, loads = json.dumps, json.loads
+
+    def memo(v: Any, path: str, ctx: Ctx) -> Any:
+        if DEBUG or type(v) is not dict:
+            return validate(v, path, ctx)
+        try:
+            key = (path, repr(v))
+        except RecursionError:
+            return validate(v, path, ctx)
+        hit = done.get(key)
+        if hit is not None:
+            fresh = loads(hit)
+            v.clear()
+            v.update(fresh)
+            return v
+        errors, cel_errors = len(ctx.errors), len(ctx.cel_errors)
+        out = validate(v, path, ctx)
+        if out is v and len(ctx.errors) == errors and len(ctx.cel_errors) == cel_errors:
+            try:
+                text = dumps(v)
+                exact = repr(loads(text)) == repr(v)  # JSON gives back the very same map
+            except (TypeError, ValueError, RecursionError):
+                exact = False
+            if exact:
+                if len(done) >= MEMO_SIZE:
+                    done.clear()
+                done[key] = text
+        return out
+
+    return memo
 
 
 def _scalar_body(n: Node, t: str) -> Callable[[Any, str, Ctx], None] | None:
