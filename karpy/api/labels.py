@@ -68,6 +68,7 @@ NORMALIZED_LABELS = {
     "beta.kubernetes.io/os": LABEL_OS,
     "beta.kubernetes.io/instance-type": LABEL_INSTANCE_TYPE,
     "failure-domain.beta.kubernetes.io/region": LABEL_REGION,
+    "topology.disk.csi.azure.com/zone": LABEL_ZONE,  # upstream's Azure provider adds it
 }
 
 WELL_KNOWN_VALUES: dict[str, frozenset[str]] = {LABEL_CAPACITY_TYPE: frozenset(CAPACITY_TYPES)}

@@ -30,7 +30,18 @@ _NORMALIZED_KEYS = {
     "beta.kubernetes.io/arch": "kubernetes.io/arch",
     "beta.kubernetes.io/instance-type": "node.kubernetes.io/instance-type",
     "beta.kubernetes.io/os": "kubernetes.io/os",
+    # the Azure Disk CSI driver's zone key, which upstream's Azure provider normalises too
+    "topology.disk.csi.azure.com/zone": "topology.kubernetes.io/zone",
 }
+
+
+# Labels whose value follows the capacity type of the offering a node is launched into: upstream's Azure offerings
+# carry them as requirements, so requiring one of them allows only the capacity types that give that value.
+CAPACITY_TYPE_LABELS = {
+    "kubernetes.azure.com/scalesetpriority": {"on-demand": "regular", "spot": "spot"},
+    "kubernetes.azure.com/priority": {"on-demand": "regular", "spot": "spot"},
+}
+_CAPACITY_TYPE = "karpenter.sh/capacity-type"
 
 
 def normalize_key(key: str) -> str:
@@ -278,6 +289,12 @@ class Requirements:
 
     def get(self, key: str) -> Requirement:
         r = self._reqs.get(key)
+        if key == _CAPACITY_TYPE:  # narrowed by the labels that follow the capacity type
+            for label, values in CAPACITY_TYPE_LABELS.items():
+                lr = self._reqs.get(label)
+                if lr is not None:
+                    allowed = Requirement.new(key, IN, [ct for ct, v in values.items() if lr.has(v)])
+                    r = allowed if r is None else r.intersection(allowed)
         return r if r is not None else Requirement.exists(key)
 
     def has(self, key: str) -> bool:

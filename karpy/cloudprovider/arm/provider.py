@@ -47,7 +47,7 @@ from .bootstrap import NodeBootstrap, custom_data
 from .clients import error_code, error_message, is_not_found
 from .offerings import Unavailable, classify
 from .settings import AzureSettings
-from .skus import InstanceTypes
+from .skus import InstanceTypes, cluster_label
 
 TAG_CLUSTER = "karpenter.azure.com_cluster"
 TAG_NODEPOOL = "karpenter.sh_nodepool"
@@ -104,6 +104,7 @@ class AzureVMProvider:
         self.c = clients
         self.s = settings
         self.types = types
+        types.cluster = cluster_label(settings.node_resource_group)  # kubernetes.azure.com/cluster of every size
         self.lookup = nodeclass_lookup
         self.cluster = cluster  # {"ca": base64 PEM, "version": "1.33.2"}
         self.delete_nodeclaim = delete_nodeclaim
@@ -343,7 +344,7 @@ class AzureVMProvider:
         spec = nodeclaim.get("spec") or {}
         taints = [*(spec.get("taints") or ()), *(spec.get("startupTaints") or ()),
                   {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
-        node_labels = {k: v for k, v in labels.items() if k not in (LABEL_HOSTNAME,)}
+        node_labels = {k: v for k, v in labels.items() if k not in (LABEL_HOSTNAME,) and kubelet_may_set(k)}
         node_labels.update({"kubernetes.azure.com/role": "agent", "karpenter.sh/do-not-sync-taints": "true"})
         if self.s.kubelet_identity_client_id:
             node_labels["kubernetes.azure.com/kubelet-identity-client-id"] = self.s.kubelet_identity_client_id
@@ -666,6 +667,24 @@ class AzureVMProvider:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# Labels of the kubernetes.io and k8s.io domains the kubelet may set on its Node (--node-labels); the others of
+# those domains reach the Node from the NodeClaim, as upstream leaves them out of the kubelet's labels.
+_KUBELET_LABELS = frozenset({
+    LABEL_HOSTNAME, "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch"})
+
+
+def kubelet_may_set(key: str) -> bool:
+    """Whether the kubelet may register its Node with label ``key``."""
+    prefix, _, _ = key.rpartition("/")
+    if not any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io")):
+        return True
+    return key in _KUBELET_LABELS or any(prefix == d or prefix.endswith("." + d)
+                                         for d in ("kubelet.kubernetes.io", "node.kubernetes.io"))
 
 
 def _kubelet_fields(k: dict) -> dict[str, str]:
