@@ -150,6 +150,9 @@ class KubeScheduler:
         self._usable = np.zeros(0, dtype=bool)
         self.domains: dict[str, Counter] = {}  # topology key -> domain -> number of nodes
         self.groups: dict[tuple, _Group] = {}
+        # label key (namespace, labels) -> (len(groups) when computed, the groups selecting such pods): a bind
+        # bumps only those, rather than asking every group (groups are only ever added)
+        self._selecting: dict[tuple, tuple[int, list[_Group]]] = {}
         self.owner_groups: dict[tuple, _Group] = {}  # anti-affinity terms of placed pods
         self.bound: dict[str, tuple[str, PodInfo]] = {}  # pod key -> (node, info)
         self.pending: dict[str, PodInfo] = {}
@@ -514,10 +517,15 @@ class KubeScheduler:
 
     def _account(self, key: str, info: PodInfo, n: _Node, delta: int, labels: dict | None = None) -> None:
         labels = n.labels if labels is None else labels
-        for g in self.groups.values():
-            if g.selects(info):
-                d = labels.get(g.key)
-                g.bump(n.name, d, delta, d is not None and d in self.domains.get(g.key, {}), n.slot)
+        lk = info.label_key
+        hit = self._selecting.get(lk)
+        if hit is None or hit[0] != len(self.groups):
+            if len(self._selecting) > 50_000:
+                self._selecting.clear()
+            hit = self._selecting[lk] = (len(self.groups), [g for g in self.groups.values() if g.selects(info)])
+        for g in hit[1]:
+            d = labels.get(g.key)
+            g.bump(n.name, d, delta, d is not None and d in self.domains.get(g.key, {}), n.slot)
         for t in info.anti_affinity:
             g = self._group(self.owner_groups, t.topology_key, t.namespaces, t.selector) if delta > 0 else \
                 self.owner_groups.get((t.topology_key, t.namespaces, t.selector.sig))
