@@ -123,6 +123,8 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
         if kind is yaml.ScalarNode and implicit[0]:
             tag = _PLAIN_TAGS.get(value)
             if tag is None:
+                if value and value[0] not in _RESOLVED_FIRST:
+                    return _STR  # no implicit resolver starts with that character: a string (names, images)
                 tag = super().resolve(kind, value, implicit)
                 if len(value) <= 64 and len(_PLAIN_TAGS) < 65536:
                     _PLAIN_TAGS[value] = tag
@@ -289,6 +291,8 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 
 assert not _Loader.yaml_path_resolvers
+assert None not in _BaseLoader.yaml_implicit_resolvers  # no resolver that may match whatever the first character
+_RESOLVED_FIRST = frozenset(_BaseLoader.yaml_implicit_resolvers)
 _Loader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for ch, resolvers in _BaseLoader.yaml_implicit_resolvers.items()

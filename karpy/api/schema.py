@@ -886,8 +886,7 @@ def _memoized(validate: _Validator) -> _Validator:
     """``validate`` for a memo node's maps: a map equal to one validated before at the same path without
     errors (``repr`` tells lists from tuples and 1 from 1.0 and True) becomes what that one became, a fresh
     copy, with no errors; so thousands of pods that share a spec have it validated once."""
-    done: dict[tuple[str, str], str] = {}  # (path, repr of the map) -> the validated map, as JSON
-    dumps, loads = json.dumps, json.loads
+    done: dict[tuple[str, str], dict] = {}  # (path, repr of the map) -> a private copy of the validated map
 
     def memo(v: Any, path: str, ctx: Ctx) -> Any:
         if DEBUG or type(v) is not dict:
@@ -898,7 +897,7 @@ def _memoized(validate: _Validator) -> _Validator:
             return validate(v, path, ctx)
         hit = done.get(key)
         if hit is not None:
-            fresh = loads(hit)
+            fresh = _tree_copy(hit)
             v.clear()
             v.update(fresh)
             return v
@@ -906,17 +905,34 @@ def _memoized(validate: _Validator) -> _Validator:
         out = validate(v, path, ctx)
         if out is v and len(ctx.errors) == errors and len(ctx.cel_errors) == cel_errors:
             try:
-                text = dumps(v)
-                exact = repr(loads(text)) == repr(v)  # JSON gives back the very same map
-            except (TypeError, ValueError, RecursionError):
-                exact = False
-            if exact:
-                if len(done) >= MEMO_SIZE:
-                    done.clear()
-                done[key] = text
+                kept = _tree_copy(v)
+            except (_NotJSON, RecursionError):
+                return out
+            if len(done) >= MEMO_SIZE:
+                done.clear()
+            done[key] = kept
         return out
 
     return memo
+
+
+class _NotJSON(Exception):
+    pass
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _tree_copy(v: Any) -> Any:
+    """A copy of a JSON-shaped value: new maps and lists, the same (immutable) strings and numbers."""
+    t = type(v)
+    if t is dict:
+        return {k: x if type(x) in _LEAVES else _tree_copy(x) for k, x in v.items()}
+    if t is list:
+        return [x if type(x) in _LEAVES else _tree_copy(x) for x in v]
+    if t in _LEAVES:
+        return v
+    raise _NotJSON()
 
 
 def _scalar_body(n: Node, t: str) -> Callable[[Any, str, Ctx], None] | None:
