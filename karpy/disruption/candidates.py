@@ -128,10 +128,22 @@ def build_candidates(snapshot: ClusterSnapshot, klass: str, blocked_events: list
             if not (klass == EVENTUAL and node.termination_grace_period is not None and e.pod_block):
                 blocked_events.append((node.name, "DisruptionBlocked", sentence(str(e))))
                 continue
-        resched = [p for p in node.pods if p.reschedulable]
-        cost = 1.0 + sum(max(0.0, p.eviction_cost()) for p in resched)
-        out.append(Candidate(node, dict(np), resched, node.price, cost))
+        resched, cost = _reschedulable(node)
+        out.append(Candidate(node, dict(np), list(resched), node.price, cost))
     return out
+
+
+def _reschedulable(node: NodeState) -> tuple[list[PodState], float]:
+    """The node's pods that need a new home and the cost of evicting them, kept on the node state (a snapshot
+    reuses the state of a node that did not change, and with it this answer)."""
+    pods = node.pods
+    hit = node.__dict__.get("_reschedulable")
+    if hit is not None and hit[0] is pods and hit[1] == len(pods):
+        return hit[2], hit[3]
+    resched = [p for p in pods if p.reschedulable]
+    cost = 1.0 + sum(max(0.0, p.eviction_cost()) for p in resched)
+    node.__dict__["_reschedulable"] = (pods, len(pods), resched, cost)
+    return resched, cost
 
 
 def sort_for_consolidation(cands: Iterable[Candidate]) -> list[Candidate]:

@@ -223,6 +223,15 @@ def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared,
     return hit
 
 
+def _pending_and_uninitialized(snapshot: ClusterSnapshot) -> tuple[set[str], set[str]]:
+    """The snapshot's pending pod keys and uninitialized node names, once for all the simulations of a pass."""
+    memo = snapshot.__dict__.get("_pending_uninitialized")
+    if memo is None:
+        memo = snapshot.__dict__["_pending_uninitialized"] = (
+            {p.key for p in snapshot.pending_pods}, {n.existing.name for n in snapshot.nodes if not n.initialized})
+    return memo
+
+
 def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
              refine: bool = False) -> Simulation:
     """Where would the candidates' pods go if the candidates were gone? (``refine``: with CostRefinement's
@@ -237,13 +246,12 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
                                     pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     sched.refine = refine
     r = sched.solve(pods)
-    pending = {p.key for p in snapshot.pending_pods}
+    pending, uninitialized = _pending_and_uninitialized(snapshot)
     failed = [k for k in r.errors if k not in pending]
     if failed:
         shown = ", ".join(f"{k} => {r.errors[k]}" for k in failed[:5])
         more = f" and {len(failed) - 5} other(s)" if len(failed) > 5 else ""
         return Simulation(r, False, f"not all pods would schedule, {shown}{more}")
-    uninitialized = {n.existing.name for n in snapshot.nodes if not n.initialized}
     own_keys = {p.key for p in own}
     for target, infos in r.existing.items():
         if target in uninitialized and any(p.key in own_keys for p in infos):
