@@ -29,7 +29,7 @@ import heapq
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -370,7 +370,19 @@ class _Buckets:
         else:
             heapq.heappush(b[1], entry)
 
-    def pop(self, refused: set[str]) -> tuple[tuple[int, int, int] | None, str | None]:
+    def peek(self) -> tuple[int, int, int] | None:
+        """The first entry, in order (of any domain), without taking it; None when none is left."""
+        best = None
+        for run, h in self.buckets.values():
+            if run is not None:
+                e = run.peek()
+                if e is not None and (best is None or e < best):
+                    best = e
+            if h and (best is None or h[0] < best):
+                best = h[0]
+        return best
+
+    def pop(self, refused: Collection[str] = ()) -> tuple[tuple[int, int, int] | None, str | None]:
         """The first entry, in order, outside the refused domains, and its domain; (None, None) when none is left."""
         best = None
         where = None
@@ -898,11 +910,7 @@ class Scheduler:
             if not ok:
                 return reason
             for i in range(opened, len(self.claims)):
-                entry = (len(self.claims[i].pods), self.claims[i].rank, i)
-                if isinstance(heap, _Buckets):
-                    heap.push(entry)
-                else:
-                    heapq.heappush(heap, entry)
+                heap.push((len(self.claims[i].pods), self.claims[i].rank, i))
         return None
 
     def _place_existing(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> bool:
@@ -935,18 +943,17 @@ class Scheduler:
                 placed_existing.setdefault(node.node.name, []).extend(taken)
         return placed
 
-    def _in_flight(self, cls: _Class) -> list[tuple[int, int, int]] | _Buckets:
+    def _in_flight(self, cls: _Class) -> _Buckets:
         """The NodeClaims this solve opened that might take a pod of the class, in the order upstream's
         scheduler tries them: by how many pods they hold, fewest first, with a stable sort (among equals, the
-        NodeClaim that reached that count last comes first, and a new NodeClaim after older ones). A heap for a
-        class placed in bulk; for a topology-bound class, :class:`_Buckets` by the domain of its one key."""
+        NodeClaim that reached that count last comes first, and a new NodeClaim after older ones); for a
+        topology-bound class, by the domain of its one key (see :class:`_Buckets`)."""
         n = len(self.claims)
         bucketed = cls.topology_bound() and not self._counted_only(cls)
-        if bucketed:
-            key = self._single_key(cls)
-            queue = _Buckets(key, self.claims)
+        key = self._single_key(cls) if bucketed else None
+        queue = _Buckets(key, self.claims)
         if not n:
-            return queue if bucketed else []
+            return queue
         nz = cls.nz
         if len(nz):  # those where some instance type left has room for one more of these pods
             ok = np.all(self._cm_used[:n][:, nz] + cls.request_vec[nz] <= self._cm_max[:n][:, nz], axis=1)
@@ -958,10 +965,6 @@ class Scheduler:
             if refused is not None:
                 rows = rows[~refused[rows]]
         keys = self._cm_key[rows]
-        if not bucketed:
-            heap = list(zip(keys[:, 0].tolist(), keys[:, 1].tolist(), rows.tolist()))
-            heapq.heapify(heap)
-            return heap
         # (count, rank) is unique per NodeClaim: one integer key in that order
         ck = (keys[:, 0] << _RANK_SHIFT) + (keys[:, 1] + _RANK_OFFSET)
         if key is None:
@@ -1059,8 +1062,8 @@ class Scheduler:
         for key, codes in self._cm_dom.items():
             codes[r] = self._dom_code(claim.domain(key))
 
-    def _place_in_flight(self, cls: _Class, heap: list[tuple[int, int, int]], dead: set[int]) -> bool:
-        """Place pods of the class on the NodeClaims of ``heap`` (see :meth:`_in_flight`), the first that takes
+    def _place_in_flight(self, cls: _Class, queue: _Buckets, dead: set[int]) -> bool:
+        """Place pods of the class on the NodeClaims of ``queue`` (see :meth:`_in_flight`), the first that takes
         a pod winning it. False when none takes the class's next pod.
 
         Pods of a class without topology terms are placed in bulk: a NodeClaim's acceptance can only shrink as it
@@ -1071,28 +1074,30 @@ class Scheduler:
         claims = self.claims
         placed = False
         if not cls.topology_bound() or self._counted_only(cls):
-            while cls.pods and heap:
-                _, _, i = heapq.heappop(heap)
+            while cls.pods:
+                entry, _ = queue.pop()
+                if entry is None:
+                    break
+                i = entry[2]
                 c = claims[i]
                 limit = len(cls.pods)
-                while heap:  # up to one more than the next NodeClaim holds, if that one takes such a pod at all
-                    n_next, _, j = heap[0]
+                while (nxt := queue.peek()) is not None:  # up to one more than the next NodeClaim holds, if that one
+                    n_next, _, j = nxt                    # takes such a pod at all
                     if self._fit_claim(cls, claims[j], 1)[0] > 0:
                         limit = min(limit, n_next - len(c.pods) + 1)
                         break
-                    heapq.heappop(heap)  # it never will, for this class
+                    queue.pop()  # it never will, for this class
                 n, new_req, new_idx, _ = self._fit_claim(cls, c, limit)
                 if n <= 0:
                     continue
                 self._commit(cls, c, n, new_req, new_idx)
                 placed = True
-                heapq.heappush(heap, (len(c.pods), c.rank, i))
+                queue.push((len(c.pods), c.rank, i))
             return placed
         permanent = self._hostname_only(cls)
         # when every topology term of the class is keyed on one label (the zone), a NodeClaim pinned to a domain
         # the counts refuse tells the same of every NodeClaim pinned there, for this pod: the queue passes over
         # that domain's NodeClaims without looking at them
-        queue: _Buckets = heap  # type: ignore[assignment]
         while cls.pods:
             skipped = []
             refused: set[str] = set()
