@@ -112,6 +112,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
             # the cluster's present: its objects' latest time, or this machine's clock if later
             documents = starting_at(documents, max(cluster_now or 0.0, float(int(time.time()))))
         sim = Simulation(documents, region=region, until=until_s, horizon=horizon)
+        del loaded, documents  # the simulation keeps what it needs: the parsed manifests are not held to the end
         sim.cloud.prices = user_prices  # bills the nodes at the user's prices (--prices)
         if cluster:
             from .simulator.from_cluster import seed

@@ -189,8 +189,14 @@ class Simulation:
 
     # --- running -------------------------------------------------------------------------------
     def run(self) -> None:
-        for obj in self.initial:
+        initial = self.initial
+        if not self.karpy_gates:
+            # only run_baseline reads the manifests again: without karpy's gates nothing does, so the parsed
+            # originals (the API server keeps its own copies) are not held for the whole run
+            self.initial = []
+        for obj in initial:
             self.apply(obj)
+        del initial
         from ..api.scenario import steps
 
         for action, arg in steps(self.scenario or {}):
