@@ -77,3 +77,19 @@ def test_plain_scalars_resolve_as_pyyaml_resolves_them():
         plain = yaml.compose(f"a: {w}\n", Loader=yaml.SafeLoader).value[0][1]
         expected = plain.tag if plain.tag != "tag:yaml.org,2002:timestamp" else "tag:yaml.org,2002:str"
         assert node.tag == expected, w
+
+
+def test_loading_leaves_the_cycle_collector_as_it_found_it(tmp_path: Path):
+    import gc
+
+    f = tmp_path / "pod.yaml"
+    f.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: b}]}\n")
+    assert gc.isenabled()
+    assert len(loader.load_documents([str(f)]).documents) == 1
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        loader.load_documents([str(f)])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -11,7 +11,9 @@ input limits (bytes, nesting, values per document) are described in docs/inputs.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
+import gc
 import math
 import operator
 import os
@@ -832,12 +834,27 @@ def load_documents(paths: list[str], stdin_text: str | bytes | None = None,
     result = LoadResult()
     scenarios: list[tuple[str, int, str]] = []
     budget = _Budget()
-    for file, text in _rendered(list(kustomizations), result.errors, budget):
-        _load_text_into(text, file, result, scenarios)
-    for file, text in _sources(list(paths), stdin_text, result.errors, result.notes, budget):
-        _load_text_into(text, file, result, scenarios)
-    _finish(result, scenarios)
+    with _no_cycle_collection():
+        for file, text in _rendered(list(kustomizations), result.errors, budget):
+            _load_text_into(text, file, result, scenarios)
+        for file, text in _sources(list(paths), stdin_text, result.errors, result.notes, budget):
+            _load_text_into(text, file, result, scenarios)
+        _finish(result, scenarios)
     return result
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Loading builds millions of maps and lists that all stay alive and hold no cycles: the cyclic garbage
+    collector, left on, would go over the growing heap again and again for nothing (about an eighth of the
+    time of 20,000 pods). It runs again afterwards, if it ran before."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _rendered(directories: list[str], errors: list[FieldError], budget: _Budget) -> Iterator[tuple[str, str]]:
