@@ -290,8 +290,12 @@ class Disruption:
             leaving = sn.marked or sn.deleting()
             np = c.nodepools.get(sn.nodepool or "") if sn.claim is not None else None
             types = self.instance_types(sn.nodepool or "") if sn.claim is not None else None
+            it = types.get(sn.labels().get(LABEL_INSTANCE_TYPE, "")) if types is not None else None
+            # what the node's state is built from: its NodePool only through consolidateAfter (a NodePool's
+            # status changes with every node it gains or loses), its catalog only through its own instance type
             ck = (sn.version, id(sn.claim), id(sn.node), id(existing[sn.name]), sn.key in nominated_targets,
-                  bool(sn.claim_name and sn.claim_name in queued), id(np), id(types))
+                  bool(sn.claim_name and sn.claim_name in queued), np is None, _consolidate_after(np), types is None,
+                  id(it))
             hit = None if leaving else cache.get(sn.key)
             if hit is not None and hit[0] == ck:
                 st = hit[1]
@@ -311,8 +315,7 @@ class Disruption:
             after = ((np or {}).get("spec") or {}).get("disruption", {}).get("consolidateAfter", "0s") if np else None
             st = c.node_state(sn, pods, now, after, sn.key in nominated_targets, bool(sn.claim_name and sn.claim_name in queued),
                               existing[sn.name])
-            st.instance_type = self.instance_types(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, "")) \
-                if sn.claim is not None else None
+            st.instance_type = it if sn.claim is not None else None
             st.price = offering_price(st.instance_type, sn.labels(), st.price)
             st.consolidatable = _consolidatable(sn, np, now)
             st.under_consolidate_after = _under_consolidate_after(sn, np, now)
