@@ -7,6 +7,7 @@ current label and are not put on the node. All pods at once, and each pod alone.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -16,8 +17,8 @@ from karpy.provisioning.templates import build_template
 from karpy.scheduling.scheduler import Scheduler
 from tests.helpers import existing_node, pod
 
-from .conftest import make_provider
-from .fakearm import NODE_RG
+from .conftest import make_provider, settings_env
+from .fakearm import NODE_RG, FakeARM
 
 A100 = "Standard_NC24ads_A100_v4"
 NODECLASS = {"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass", "metadata": {"name": "default"},
@@ -122,14 +123,32 @@ def nodepool(entries: list[Entry]) -> dict:
                                                             "name": "default"}, "requirements": reqs}}}}
 
 
-@pytest.fixture
-def azure(fake, env):
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One fake ARM and provider for the module (every test launches VMs of its own names)."""
+    fake = FakeARM()
     a100_like_upstreams_fake(fake.skus)
+    fake.start()
     nodeclass = {"obj": NODECLASS}
-    p, _ = make_provider(lambda kind, name: nodeclass["obj"])
-    p.nodeclass = nodeclass
-    yield p
-    p.close()
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in settings_env(fake, tmp_path_factory.mktemp("azure")).items():
+            mp.setenv(k, v)
+        p, _ = make_provider(lambda kind, name: nodeclass["obj"])
+        p.nodeclass = nodeclass
+        try:
+            yield p
+        finally:
+            p.close()
+            fake.stop()
+
+
+@pytest.fixture
+def azure(shared):
+    shared.nodeclass["obj"] = NODECLASS
+    return shared
+
+
+_names = itertools.count()
 
 
 def provision(provider, entries: list[Entry]) -> dict[Entry, tuple[dict, dict]]:
@@ -143,9 +162,9 @@ def provision(provider, entries: list[Entry]) -> dict[Entry, tuple[dict, dict]]:
     assert not results.errors, results.errors
     launched: dict[int, tuple[dict, dict]] = {}
     out = {}
-    for i, claim in enumerate(results.new_nodeclaims):
+    for claim in results.new_nodeclaims:
         reqs = [r for r in claim.requirements.to_node_selector() if r["key"] != "kubernetes.io/hostname"]
-        obj = {"metadata": {"name": f"default-{i:05d}", "labels": {**claim.template.labels,
+        obj = {"metadata": {"name": f"default-{next(_names):05d}", "labels": {**claim.template.labels,
                                                                    "karpenter.sh/nodepool": "default"}},
                "spec": {"nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
                         "requirements": reqs}}
