@@ -156,3 +156,11 @@ def test_specs_that_differ_only_in_types_are_not_confused():
         ("spec.priority", "Invalid value: 1.5: must be of type integer, got number")]
     assert validate_manifest(_pod(0, bools)).errors == [
         ("spec.priority", "Invalid value: true: must be of type integer, got boolean")]
+
+
+def test_a_spec_holding_a_tuple_is_not_taken_for_one_holding_a_list():
+    as_list = {"containers": [{"name": "app", "image": "nginx"}]}
+    as_tuple = {"containers": ({"name": "app", "image": "nginx"},)}
+    assert validate_manifest(_pod(0, as_list)).errors == []
+    errors = validate_manifest(_pod(0, as_tuple)).errors
+    assert errors and errors[0][0] == "spec.containers"

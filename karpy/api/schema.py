@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import json
+import marshal
 import math
 import os
 import re
@@ -884,16 +885,17 @@ MEMO_SIZE = 4096  # values remembered per memo node (then it starts afresh)
 
 def _memoized(validate: _Validator) -> _Validator:
     """``validate`` for a memo node's maps: a map equal to one validated before at the same path without
-    errors (``repr`` tells lists from tuples and 1 from 1.0 and True) becomes what that one became, a fresh
-    copy, with no errors; so thousands of pods that share a spec have it validated once."""
-    done: dict[tuple[str, str], dict] = {}  # (path, repr of the map) -> a private copy of the validated map
+    errors becomes what that one became, a fresh copy, with no errors; so thousands of pods that share a spec
+    have it validated once. Maps are compared by their ``marshal`` bytes (version 0: no shared references),
+    which keep key order and tell lists from tuples and 1 from 1.0 and True, and exist only for plain types."""
+    done: dict[tuple[str, bytes], dict] = {}  # (path, the map's marshal bytes) -> a private copy of the validated map
 
     def memo(v: Any, path: str, ctx: Ctx) -> Any:
         if DEBUG or type(v) is not dict:
             return validate(v, path, ctx)
         try:
-            key = (path, repr(v))
-        except RecursionError:
+            key = (path, marshal.dumps(v, 0))
+        except ValueError:  # not plain data, or nested too deeply
             return validate(v, path, ctx)
         hit = done.get(key)
         if hit is not None:
