@@ -25,11 +25,16 @@ For each N the script times the set-up (building and compiling the pods) apart
 from the solve, times a fresh solve (a new Scheduler each run; best of
 --repeat), measures the peak memory of one more, untimed solve with
 tracemalloc, and verifies the placement with the checker in bench/verify.py,
-which does not use the engine's scheduling logic.
+which does not use the engine's scheduling logic. With several sizes it also
+prints how the solve time grows against the pod count (linear is 1.00; the
+solver indexes open NodeClaims, so a pod's cost should not grow with them),
+and ``--profile`` prints where one more solve of the largest size spends its
+time (cProfile, by own time; proportions hold on a busy machine where seconds
+do not).
 
 Run from the repository root:
 
-    .venv/bin/python bench/scheduling.py [--sizes 1,50,100] [--repeat 3] [--no-mem]
+    .venv/bin/python bench/scheduling.py [--sizes 1,50,100] [--repeat 3] [--no-mem] [--profile]
 """
 
 from __future__ import annotations
@@ -183,6 +188,28 @@ def peak_memory_mb(template, infos, pin: bool = False) -> float:
     return (peak - base) / 1e6
 
 
+def profile_solve(template, infos, pin: bool = False, top: int = 15) -> None:
+    """cProfile one solve; print its top functions by own time, with their share of the solve."""
+    import cProfile
+    import pstats
+
+    gc.collect()
+    prof = cProfile.Profile()
+    s = Scheduler([template], pin_counted=pin)
+    prof.enable()
+    s.solve(infos)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    total = sum(v[2] for v in stats.stats.values()) or 1.0  # own times add up to the whole solve
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    print(f"profile of one solve of {len(infos)} pods (cProfile, own time; the profiler slows Python code down):")
+    print(f"{'own %':>6} {'cum %':>6} {'calls':>9}  function")
+    for (path, line, name), (_, calls, own, cum, _) in rows:
+        where = f"{path.split('karpy/')[-1] if 'karpy/' in path else path}:{line}({name})"
+        print(f"{100 * own / total:>6.1f} {100 * cum / total:>6.1f} {calls:>9}  {where}")
+    print()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="comma-separated pod counts")
@@ -191,6 +218,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--zone-pinning", action="store_true",
                     help="karpy's ZonePinning gate on (off: upstream's decisions, the default)")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one more solve of the largest size and print the top functions by own time")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
@@ -208,6 +237,7 @@ def main(argv=None) -> int:
     all_ok = True
     failures_out = []
     notes = []
+    timed: list[tuple[int, float]] = []
     for n in sizes:
         t0 = time.perf_counter()
         pods = make_diverse_pods(n, args.seed)
@@ -237,6 +267,7 @@ def main(argv=None) -> int:
             problems.append(f"repeated solves gave different node counts: {sorted(nodes_seen)}")
         ok = not problems
         all_ok &= ok
+        timed.append((n, best))
         pps = n / best if best > 0 else float("inf")
         mem_s = "-" if args.no_mem else f"{mem:.1f}"
         print(f"{n:>6} {setup:>8.3f} {best:>8.3f} {pps:>9.0f} {len(results.new_nodeclaims):>6} {cost:>10.2f} {mem_s:>8}  "
@@ -244,6 +275,15 @@ def main(argv=None) -> int:
         for p in problems:
             failures_out.append(f"N={n}: {p}")
     print()
+    growth = [(a, b) for a, b in zip(timed, timed[1:]) if a[0] > 0 and a[1] > 0]
+    if growth:
+        print("solve time growth against pod count (1.00: linear; above: a pod costs more as the solve grows):")
+        for (n0, t0), (n1, t1) in growth:
+            print(f"  {n0:>6} -> {n1:>6}: time x{t1 / t0:.2f} for pods x{n1 / n0:.2f}  ({(t1 / t0) / (n1 / n0):.2f})")
+        print()
+    if args.profile and sizes:
+        profile_solve(template, [compile_pod(p.manifest) for p in make_diverse_pods(max(sizes), args.seed)],
+                      args.zone_pinning)
     if args.zone_pinning:
         print("ZonePinning on: zone spread is checked above with every pod counted in the zone its NodeClaim")
         print("launches in (what kube-scheduler will see). Upstream's view counts a pod in a zone only once a")
