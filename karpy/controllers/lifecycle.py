@@ -222,8 +222,10 @@ class Lifecycle:
         set_ready(status, now)
         if meta_patch:
             self._wrote(env.api.patch("NodeClaim", name, {"metadata": meta_patch}))
-        if status != (claim.get("status") or {}):
-            self._wrote(env.api.patch("NodeClaim", name, {"status": status}, subresource="status"))
+        old_status = claim.get("status") or {}
+        if status != old_status:
+            self._wrote(env.api.patch("NodeClaim", name, {"status": _status_patch(old_status, status)},
+                                      subresource="status"))
         return min(requeue) if requeue else None
 
     def _launch(self, claim: dict) -> dict | None:
@@ -371,6 +373,18 @@ class Lifecycle:
             return None
         env.log.info("deleted nodeclaim", controller=self.name, NodeClaim={"name": name})
         return None
+
+
+def _status_patch(old: dict, new: dict) -> dict:
+    """The merge patch that writes ``new`` over ``old`` as sending all of ``new`` would, less the fields ``new``
+    shares with ``old`` unchanged (the same object, with no null a merge would drop), such as capacity."""
+    return {k: v for k, v in new.items() if k not in old or old[k] is not v or v is None or _has_null(v)}
+
+
+def _has_null(v: Any) -> bool:
+    """Whether merging ``v`` into itself would change it: a null anywhere in its objects (lists are replaced
+    whole, not merged)."""
+    return isinstance(v, dict) and any(x is None or _has_null(x) for x in v.values())
 
 
 def _cond(status: dict, ctype: str) -> dict | None:
