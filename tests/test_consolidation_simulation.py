@@ -1,0 +1,87 @@
+"""A consolidation simulation over a pass's prepared snapshot places the candidates' pods exactly where a
+scheduler built from scratch, over the cluster without the candidates, places them.
+
+The disruption engine prepares the cluster once per pass (``Prepared``) and runs every candidate's simulation
+as a copy of it less the candidate's nodes (``Scheduler.from_prepared``); that copy must hold the same nodes,
+in the same order, with the same room and the same topology counts as the cluster without those nodes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from disruption_helpers import Cluster, dpod, gib
+from karpy.disruption.candidates import build_candidates, currently_reschedulable
+from karpy.disruption.methods import simulate
+from karpy.scheduling.pods import moving
+from karpy.scheduling.scheduler import Scheduler
+
+ZONES = ("test-zone-1", "test-zone-2", "test-zone-3")
+
+
+def _spread(app: str, key: str) -> dict:
+    return {"spread": [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": app}}}]}
+
+
+def _anti(app: str) -> dict:
+    return {"pod_anti_affinity": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}
+
+
+def _cluster() -> Cluster:
+    """Twelve half-used nodes in three zones: zone-spread, hostname-spread, anti-affine and plain pods."""
+    c = Cluster()
+    c.nodepool()
+    for i in range(12):
+        zone = ZONES[i % 3]
+        pods = [
+            dpod(f"zs-{i}", cpu="500m", memory="512Mi", labels={"app": "zs"},
+                 **_spread("zs", "topology.kubernetes.io/zone")),
+            dpod(f"anti-{i}", cpu="250m", labels={"app": "anti"}, **_anti("anti")),
+        ]
+        if i % 2 == 0:
+            pods.append(dpod(f"hs-{i}", cpu="1", labels={"app": "hs"}, **_spread("hs", "kubernetes.io/hostname")))
+        if i % 3 != 2:
+            pods.append(dpod(f"plain-{i}", cpu="750m", memory=f"{gib(1) // 2**20}Mi"))
+        c.node(f"node-{i:02d}", itype="std-4" if i % 4 else "std-8", pods=pods, zone=zone)
+    return c
+
+
+def _from_scratch(snapshot, names: set[str]):
+    """Where a scheduler built over the cluster without ``names`` puts their pods."""
+    rest = [n.existing for n in snapshot.nodes if n.name not in names]
+    pods = [moving(p.info) for n in snapshot.nodes if n.name in names for p in n.pods
+            if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    return Scheduler(snapshot.templates, rest, hostname_prefix="disruption-placeholder").solve(pods)
+
+
+def _placements(results) -> tuple:
+    existing = sorted((node, sorted(p.key for p in pods)) for node, pods in results.existing.items() if pods)
+    new = [(sorted(p.key for p in c.pods), sorted(it.name for it in c.instance_types)) for c in results.new_nodeclaims]
+    return existing, sorted(new), sorted(results.errors)
+
+
+@pytest.mark.parametrize("names", [("node-00",), ("node-05",), ("node-11",), ("node-01", "node-02"),
+                                   ("node-00", "node-03", "node-06"), ("node-04", "node-07", "node-08", "node-10")])
+def test_prepared_simulation_places_pods_as_a_fresh_scheduler(names):
+    snapshot = _cluster().snapshot()
+    by_name = {n.name: n for n in snapshot.nodes}
+    cands = {c.name: c for c in build_candidates(snapshot, "graceful", [])}
+    sim = simulate(snapshot, [cands[n] for n in names], consolidation=True)
+    assert set(names) <= set(by_name)
+    assert _placements(sim.results) == _placements(_from_scratch(snapshot, set(names)))
+
+
+def test_simulations_of_one_pass_do_not_leak_into_each_other():
+    """Every candidate of a pass, simulated one after another over the same prepared snapshot, gets the
+    answer it gets alone (the copies share nothing a solve changes)."""
+    snapshot = _cluster().snapshot()
+    cands = build_candidates(snapshot, "graceful", [])
+    first = [_placements(simulate(snapshot, [c], consolidation=True).results) for c in cands]
+    for c, pair in zip(cands, itertools.pairwise(cands)):
+        simulate(snapshot, list(pair), consolidation=True)
+    again = [_placements(simulate(snapshot, [c], consolidation=True).results) for c in cands]
+    assert first == again
+    assert first == [_placements(_from_scratch(snapshot, {c.name})) for c in cands]
