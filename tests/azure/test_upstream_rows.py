@@ -193,3 +193,16 @@ def test_simulate_gives_each_pod_a_node_with_the_capacity_type_its_aks_priority_
     assert placed["csi-zone"]["topology.kubernetes.io/zone"] == "eastus-2"
     assert "topology.disk.csi.azure.com/zone" not in placed["csi-zone"]
     assert sum(i["kind"] == "NodeClaim" for i in items) <= len(selectors)  # no NodeClaim launched in vain
+
+
+def test_a_sku_the_offline_catalog_does_not_know_is_labelled_from_its_name_and_capabilities():
+    """Size parts from the name as upstream parses them (the accelerator is not part of the series), GPUs from the
+    GPUs capability and upstream's registry."""
+    h100 = with_caps(sku("Standard_NC40ads_H100_v5", 40, 320, family="standardNCadsH100v5Family"), GPUs="1")
+    it = types_of([h100])["Standard_NC40ads_H100_v5"]
+    want = {"karpenter.azure.com/sku-family": "N", "karpenter.azure.com/sku-series": "NCads_v5",
+            "karpenter.azure.com/sku-version": "5", "karpenter.azure.com/sku-gpu-name": "H100",
+            "karpenter.azure.com/sku-gpu-manufacturer": "nvidia", "karpenter.azure.com/sku-gpu-count": "1",
+            "karpenter.azure.com/sku-cpu": "40", "karpenter.azure.com/sku-memory": "327680"}
+    assert {k: it.labels.get(k) for k in want} == want
+    assert it.capacity.get("nvidia.com/gpu") == 1

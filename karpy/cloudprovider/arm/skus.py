@@ -137,12 +137,15 @@ def _int(caps: dict[str, str], key: str) -> int:
 
 
 def _series(name: str) -> tuple[str, str, str]:
-    """(family letter, series, version) from a size name: Standard_D2pls_v6 -> (D, Dpls_v6, 6)."""
-    m = re.match(r"^Standard_([A-Z]+)\d+([a-z_\-\d]*?)(?:_v(\d+))?$", name)
+    """(family letter, series, version) from a size name, as upstream parses it: Standard_D2pls_v6 ->
+    (D, Dpls_v6, 6); an accelerator or other segment is not part of the series: Standard_NC24ads_A100_v4 ->
+    (N, NCads_v4, 4); no version segment is version 1."""
+    head, *rest = name.removeprefix("Standard_").split("_")
+    m = re.match(r"^([A-Z]+)\d+(?:-\d+)?([a-z]*)", head)
     if not m:
         return "", "", "1"
-    version = m.group(3) or "1"
-    return m.group(1)[0], m.group(1) + m.group(2) + (f"_v{version}" if m.group(3) else ""), version
+    version = next((p[1:] for p in rest if re.fullmatch(r"v\d+", p)), "")
+    return m.group(1)[0], m.group(1) + m.group(2) + (f"_v{version}" if version else ""), version or "1"
 
 
 def sku_info(sku: dict, location: str) -> SkuInfo | None:
