@@ -677,6 +677,7 @@ class Scheduler:
         self._dom_names: list[str] = []
         self._host_rows: dict[str, int] = {}  # open NodeClaims' hostnames -> rows
         self._refused_rows: dict[tuple, list] = {}  # see _hostname_refused
+        self._judging: dict[int, tuple] = {}  # see _judging_groups
         self._universe_cache: dict[str, set[str]] = {}
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
@@ -1132,11 +1133,15 @@ class Scheduler:
         """The topology groups whose counts can refuse a pod of the class, or narrow where it goes: its own
         spreads and pod (anti-)affinity terms, the anti-affinity terms of others that select it, and (with
         ZonePinning) the spreads that count it. Without ZonePinning a spread that only counts the class never
-        decides where it goes."""
+        decides where it goes. Kept per class until it is relaxed (a relaxed class has a new representative)."""
+        hit = self._judging.get(id(cls))
+        if hit is not None and hit[0] is cls.rep:
+            return hit[1]
         groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
         groups += cls.inverse()
         if self.pin_counted:
             groups += [g for g in cls.selecting() if g.kind == SPREAD]
+        self._judging[id(cls)] = (cls.rep, groups, cls)
         return groups
 
     def _counted_only(self, cls: _Class) -> bool:
