@@ -30,8 +30,9 @@ def _anti(app: str) -> dict:
     return {"pod_anti_affinity": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}
 
 
-def _cluster() -> Cluster:
-    """Twelve half-used nodes in three zones: zone-spread, hostname-spread, anti-affine and plain pods."""
+def _cluster(anti: bool = True) -> Cluster:
+    """Twelve half-used nodes in three zones: zone-spread, hostname-spread, anti-affine (unless told not to)
+    and plain pods."""
     c = Cluster()
     c.nodepool()
     for i in range(12):
@@ -39,8 +40,9 @@ def _cluster() -> Cluster:
         pods = [
             dpod(f"zs-{i}", cpu="500m", memory="512Mi", labels={"app": "zs"},
                  **_spread("zs", "topology.kubernetes.io/zone")),
-            dpod(f"anti-{i}", cpu="250m", labels={"app": "anti"}, **_anti("anti")),
         ]
+        if anti:
+            pods.append(dpod(f"anti-{i}", cpu="250m", labels={"app": "anti"}, **_anti("anti")))
         if i % 2 == 0:
             pods.append(dpod(f"hs-{i}", cpu="1", labels={"app": "hs"}, **_spread("hs", "kubernetes.io/hostname")))
         if i % 3 != 2:
@@ -85,3 +87,21 @@ def test_simulations_of_one_pass_do_not_leak_into_each_other():
     again = [_placements(simulate(snapshot, [c], consolidation=True).results) for c in cands]
     assert first == again
     assert first == [_placements(_from_scratch(snapshot, {c.name})) for c in cands]
+
+
+@pytest.mark.parametrize("anti", [True, False])
+@pytest.mark.parametrize("size", [2, 3, 5, 8, 12])
+def test_multi_node_probe_stopped_at_a_second_nodeclaim_answers_as_the_full_simulation(size, anti):
+    """A multi-node probe is given up once its simulation opens a second NodeClaim: the full simulation of
+    the same batch then needs two or more new NodeClaims too (a rejected batch), and a probe that finishes
+    places every pod where the full simulation does."""
+    snapshot = _cluster(anti).snapshot()
+    batch = build_candidates(snapshot, "graceful", [])[:size]
+    probe = simulate(snapshot, batch, consolidation=True, probe=True)
+    full = simulate(snapshot, batch, consolidation=True)
+    if probe.ok:
+        assert _placements(probe.results) == _placements(full.results)
+    else:
+        assert not full.ok or len(full.results.new_nodeclaims) > 1
+    if full.ok and len(full.results.new_nodeclaims) > 1:
+        assert not probe.ok and probe.results is None

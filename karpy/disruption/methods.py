@@ -190,9 +190,29 @@ def _policy(np: dict) -> str:
 
 @dataclass
 class Simulation:
-    results: Results
+    results: Results | None  # None: a probe cut short (see _ProbeScheduler)
     ok: bool
     why: str | None
+
+
+class _SecondNodeClaim(Exception):
+    """A multi-node probe's simulation opened a second NodeClaim."""
+
+
+class _ProbeScheduler(Scheduler):
+    """The simulation of a multi-node consolidation probe, stopped as soon as it opens a second NodeClaim.
+
+    Such a probe can no longer succeed: a solve only adds NodeClaims, except those it drops at the end for
+    minValues, whose pods then fail to schedule; with no pending pods in the snapshot every pod it places
+    is one the command must move, so either way the probe is rejected, and a multi-node probe reports no
+    reason. Stopping early gives the same answer without placing the rest of the pods.
+    """
+
+    def _new_claim(self, cls, want=None):
+        out = super()._new_claim(cls, want)
+        if len(self.claims) > 1:
+            raise _SecondNodeClaim
+        return out
 
 
 SIMULATIONS = [0]  # scheduling simulations run by the disruption engine in this process (for benchmarks)
@@ -233,19 +253,25 @@ def _pending_and_uninitialized(snapshot: ClusterSnapshot) -> tuple[set[str], set
 
 
 def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
-             refine: bool = False) -> Simulation:
+             refine: bool = False, probe: bool = False) -> Simulation:
     """Where would the candidates' pods go if the candidates were gone? (``refine``: with CostRefinement's
-    re-packing of the new NodeClaims, for karpy's ConsolidationOptimizer)"""
+    re-packing of the new NodeClaims, for karpy's ConsolidationOptimizer; ``probe``: a multi-node probe,
+    given up, without results, once it needs a second new NodeClaim)"""
     SIMULATIONS[0] += 1
     names = {c.name for c in candidates}
     prep, leaving = _prepared(snapshot, consolidation)
     own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     pods = list(snapshot.pending_pods) + leaving + own
-    sched = Scheduler.from_prepared(prep, exclude=names, hostname_prefix="disruption-placeholder",
-                                    min_values_best_effort=snapshot.min_values_best_effort,
-                                    pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
+    probe = probe and not refine and not snapshot.pending_pods
+    sched = (_ProbeScheduler if probe else Scheduler).from_prepared(
+        prep, exclude=names, hostname_prefix="disruption-placeholder",
+        min_values_best_effort=snapshot.min_values_best_effort,
+        pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     sched.refine = refine
-    r = sched.solve(pods)
+    try:
+        r = sched.solve(pods)
+    except _SecondNodeClaim:
+        return Simulation(None, False, "would need more than one new NodeClaim")
     pending, uninitialized = _pending_and_uninitialized(snapshot)
     failed = [k for k in r.errors if k not in pending]
     if failed:
@@ -409,7 +435,8 @@ class DisruptionEngine:
             if single and events is not None:
                 events.append(Event("Node", cands[0].name, "Unconsolidatable", msg))
 
-        sim = simulate(snapshot, cands, consolidation=True)
+        # a multi-node probe reports no reason: its simulation may stop at a second new NodeClaim
+        sim = simulate(snapshot, cands, consolidation=True, probe=method == "multi" and events is None and not single)
         if not sim.ok:
             unconsolidatable(sentence(sim.why or ""))
             return None
