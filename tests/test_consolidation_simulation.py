@@ -105,3 +105,25 @@ def test_multi_node_probe_stopped_at_a_second_nodeclaim_answers_as_the_full_simu
         assert not full.ok or len(full.results.new_nodeclaims) > 1
     if full.ok and len(full.results.new_nodeclaims) > 1:
         assert not probe.ok and probe.results is None
+
+
+def test_a_snapshot_with_one_node_changed_is_prepared_afresh():
+    """Two snapshots of one pass after another share most nodes' states; a node whose pods changed in between
+    must be seen as it is now (a preparation is reused only when every node, pod and template is the same)."""
+    c = _cluster(anti=False)
+    first = c.snapshot()
+    cands = build_candidates(first, "graceful", [])
+    simulate(first, [cands[0]], consolidation=True)
+    # node-01 fills up: pods that went there before must now go elsewhere
+    full = [dpod(f"filler-{i}", cpu="1") for i in range(3)]
+    old = next(n for n in c.nodes if n.name == "node-01")
+    c.nodes.remove(old)
+    c.node("node-01", itype=old.instance_type, pods=list(old.pods) + full, zone=old.zone)
+    second = c.snapshot()
+    again = {x.name: x for x in build_candidates(second, "graceful", [])}
+    for name in ("node-00", "node-02", "node-03"):
+        sim = simulate(second, [again[name]], consolidation=True)
+        assert _placements(sim.results) == _placements(_from_scratch(second, {name}))
+    before = {c_.name: c_ for c_ in cands}
+    assert "node-01" in simulate(first, [before["node-00"]], consolidation=True).results.existing
+    assert "node-01" not in simulate(second, [again["node-00"]], consolidation=True).results.existing

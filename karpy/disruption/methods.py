@@ -32,7 +32,7 @@ from ..cloudprovider.types import (
 from ..resources import parse_quantity
 from ..scheduling.requirements import IN, Requirement, Requirements
 from ..scheduling.pods import moving
-from ..scheduling.scheduler import NewNodeClaim, Prepared, Results, Scheduler
+from ..scheduling.scheduler import ExistingNode, NewNodeClaim, Prepared, Results, Scheduler
 from . import balanced, optimizer
 from .budgets import budget_mapping, blocked_nodepools
 from .candidates import (
@@ -224,23 +224,34 @@ def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared,
     hit = memo.get(consolidation)
     if hit is not None:
         return hit
-    destinations = []
+    sources: list[tuple[ExistingNode, bool]] = []  # each destination, and whether it takes the pods consolidation moves
     leaving = []  # pods of nodes already being deleted also need a home
     for n in snapshot.nodes:
         if n.marked_for_deletion or n.terminating:
             leaving.extend(p.info for p in n.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now))
             continue
-        e = n.existing
-        if consolidation and n.managed and n.under_consolidate_after:
-            # a recently changed node takes pending pods, but not the pods consolidation moves
-            e = replace(e, takes_moving=False)
-        destinations.append(e)
+        # a recently changed node takes pending pods, but not the pods consolidation moves
+        sources.append((n.existing, not (consolidation and n.managed and n.under_consolidate_after)))
     # every pod that may move, for its constraints' topology groups (moving copies share them)
     placed = [p.info for n in snapshot.nodes for p in n.pods]
-    prep = Prepared(snapshot.templates, destinations, list(snapshot.pending_pods) + leaving + placed,
-                    respect_preferences=snapshot.respect_preferences)
+    pods = list(snapshot.pending_pods) + leaving + placed
+    # The state of nodes, pods and templates a snapshot reuses is never changed in place: when a snapshot holds
+    # the very objects the last prepared one did (a command's validation, 15 s after the pass that found it,
+    # often does), that preparation is this one's too. The entry keeps the objects alive, so their ids name them.
+    key = (snapshot.respect_preferences, tuple(map(id, snapshot.templates)), tuple((id(e), t) for e, t in sources),
+           tuple(map(id, pods)))
+    last = _LAST_PREPARED[0]
+    if last is not None and last[0] == key:
+        prep = last[2]
+    else:
+        destinations = [e if takes else replace(e, takes_moving=False) for e, takes in sources]
+        prep = Prepared(snapshot.templates, destinations, pods, respect_preferences=snapshot.respect_preferences)
+        _LAST_PREPARED[0] = (key, (list(snapshot.templates), sources, pods), prep)
     hit = memo[consolidation] = (prep, leaving)
     return hit
+
+
+_LAST_PREPARED: list = [None]  # (key, the objects the key names, kept alive, Prepared) of the last preparation
 
 
 def _pending_and_uninitialized(snapshot: ClusterSnapshot) -> tuple[set[str], set[str]]:
