@@ -208,8 +208,8 @@ class _ProbeScheduler(Scheduler):
     reason. Stopping early gives the same answer without placing the rest of the pods.
     """
 
-    def _new_claim(self, cls, want=None):
-        out = super()._new_claim(cls, want)
+    def _new_claim(self, *args, **kwargs):
+        out = super()._new_claim(*args, **kwargs)
         if len(self.claims) > 1:
             raise _SecondNodeClaim
         return out
