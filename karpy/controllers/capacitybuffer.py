@@ -206,54 +206,71 @@ def _sanitized(spec: dict) -> dict:
 
 
 def is_virtual(key: str, obj: dict | None = None) -> bool:
+    """Whether a pod is one of a CapacityBuffer's virtual pods (upstream's ``IsVirtualPod``)."""
     meta = (obj or {}).get("metadata") or {}
     return (meta.get("annotations") or {}).get(VIRTUAL_ANNOTATION) == "true"
+
+
+def buffer_key(obj: dict | None) -> str:
+    """``namespace/name`` of the buffer a virtual pod stands for; "" for a real pod, or a virtual pod that does
+    not say both."""
+    if not is_virtual("", obj):
+        return ""
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    ns, name = labels.get(BUFFER_NAMESPACE_LABEL), labels.get(BUFFER_NAME_LABEL)
+    return f"{ns}/{name}" if ns and name else ""
+
+
+def classify(existing: dict[str, list], new: list[list], failed: list) -> dict[str, dict[str, int]]:
+    """Virtual pods per buffer key of one scheduling pass: how many went to existing capacity, how many needed
+    a new NodeClaim, how many did not fit. Real pods are not counted."""
+    counts: dict[str, dict[str, int]] = {}
+    groups = [(infos, "existing") for infos in existing.values()] + [(infos, "new") for infos in new] + [(failed, "failed")]
+    for infos, what in groups:
+        for info in infos:
+            k = buffer_key(info.obj)
+            if k:
+                counts.setdefault(k, {"existing": 0, "new": 0, "failed": 0})[what] += 1
+    return counts
+
+
+def buffer_pods_per_node(existing: dict[str, list]) -> dict[str, int]:
+    """How many virtual pods a pass placed on each existing node (nodes without any are left out)."""
+    out = {target: sum(1 for i in infos if is_virtual(i.key, i.obj)) for target, infos in existing.items()}
+    return {target: n for target, n in out.items() if n}
+
+
+def provisioning_condition(buffer: dict, counts: dict[str, int] | None) -> tuple[str, str, str] | None:
+    """(status, reason, message) of a buffer's ``Provisioning`` condition after a pass that placed its virtual
+    pods as ``counts`` says (None when the pass placed none of them); None leaves the condition as it is."""
+    desired = int((buffer.get("status") or {}).get("replicas") or 0)
+    if not _ready(buffer):
+        return "False", "NotReadyForProvisioning", "Buffer is not ReadyForProvisioning"
+    if desired == 0:
+        return "False", "BufferEmpty", "Buffer has zero desired replicas"
+    if counts is None:
+        return None
+    if counts["new"] or counts["failed"]:
+        return ("False", "RequiresNewCapacity",
+                f"{counts['new']}/{desired} virtual pods required new capacity, {counts['failed']} failed")
+    if counts["existing"] == desired:
+        return "True", "FitsExistingCapacity", f"All {desired} virtual pods fit on existing capacity"
+    return None
 
 
 def record(env: Env, existing: dict[str, list], new: list[list], failed: list) -> dict[str, int]:
     """After a provisioning pass: each buffer's ``Provisioning`` condition, and the virtual pods per existing
     node (by name). ``existing`` maps a node to the pods placed on it, ``new`` holds each new NodeClaim's pods,
     ``failed`` the virtual pods that did not fit."""
-    counts: dict[str, dict[str, int]] = {}
-
-    def bump(info: Any, what: str) -> None:
-        labels = ((info.obj or {}).get("metadata") or {}).get("labels") or {}
-        k = f"{labels.get(BUFFER_NAMESPACE_LABEL)}/{labels.get(BUFFER_NAME_LABEL)}"
-        counts.setdefault(k, {"existing": 0, "new": 0, "failed": 0})[what] += 1
-
-    per_node: dict[str, int] = {}
-    for target, infos in existing.items():
-        for info in infos:
-            if is_virtual(info.key, info.obj):
-                per_node[target] = per_node.get(target, 0) + 1
-                bump(info, "existing")
-    for infos in new:
-        for info in infos:
-            if is_virtual(info.key, info.obj):
-                bump(info, "new")
-    for info in failed:
-        bump(info, "failed")
+    counts = classify(existing, new, failed)
     for b in env.mgr.list(KIND):
         meta = b["metadata"]
-        k = f"{meta.get('namespace') or 'default'}/{meta['name']}"
-        status = dict(b.get("status") or {})
-        desired = int(status.get("replicas") or 0)
-        gen = int(meta.get("generation") or 1)
-        s = counts.get(k)
-        if not _ready(b):
-            _set_condition(status, PROVISIONING, "False", "NotReadyForProvisioning", "Buffer is not ReadyForProvisioning",
-                           env.now(), gen)
-        elif desired == 0:
-            _set_condition(status, PROVISIONING, "False", "BufferEmpty", "Buffer has zero desired replicas", env.now(), gen)
-        elif s is None:
+        cond = provisioning_condition(b, counts.get(f"{meta.get('namespace') or 'default'}/{meta['name']}"))
+        if cond is None:
             continue
-        elif s["new"] or s["failed"]:
-            _set_condition(status, PROVISIONING, "False", "RequiresNewCapacity",
-                           f"{s['new']}/{desired} virtual pods required new capacity, {s['failed']} failed", env.now(), gen)
-        elif s["existing"] == desired:
-            _set_condition(status, PROVISIONING, "True", "FitsExistingCapacity",
-                           f"All {desired} virtual pods fit on existing capacity", env.now(), gen)
+        status = dict(b.get("status") or {})
+        _set_condition(status, PROVISIONING, *cond, env.now(), int(meta.get("generation") or 1))
         if status != (b.get("status") or {}):
             env.api.patch("CapacityBuffer", meta["name"], {"status": status}, namespace=meta.get("namespace") or "default",
                           subresource="status")
-    return per_node
+    return buffer_pods_per_node(existing)

@@ -361,6 +361,8 @@ class Provisioner:
         if self.buffer_pods and not any(capacitybuffer.is_virtual(e.key, e.obj) for e in pending):
             self.buffer_pods = {}  # no CapacityBuffer keeps room any more
         if not pods:
+            if env.settings.gate(capacitybuffer.GATE):  # upstream updates the buffers' status after every pass
+                capacitybuffer.record(env, {}, [], [])
             return
         noop_key = (c.version, tuple(e.key for e in pods), env.cloud.ice_key() if hasattr(env.cloud, "ice_key") else ())
         if noop_key == self._last_noop:
