@@ -1,0 +1,139 @@
+"""More of upstream's Azure provider rows (Azure/karpenter-provider-azure pkg/providers/instancetype/suite_test.go
+and pkg/cloudprovider/suite_drift_test.go) played against karpy's Azure provider on the fake ARM: the image
+each size boots, the tags and kubelet labels of the VM karpy PUTs, and when the Kubernetes version or the image
+is drift."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from karpy.cloudprovider.arm.bootstrap import parse_custom_data
+
+from .fakearm import CIG_AZURELINUX, CIG_UBUNTU
+from .test_nodeclass import nodeclass, world  # noqa: F401 - the AKSNodeClass controller's world fixture
+from .test_provider import NODECLASS, claim, provider  # noqa: F401 - the provider fixture on the fake ARM
+
+
+def vm_puts(fake) -> list[dict]:
+    return [r["body"] for r in fake.calls("PUT", r"/virtualMachines/[^/]+$")]
+
+
+# --- which image a size boots (L1493-L1503) ------------------------------------------------------------------
+@pytest.mark.parametrize("size, family, gallery, definition", [
+    ("Standard_D2_v5", "Ubuntu2204", CIG_UBUNTU, "2204gen2containerd"),         # Gen1 and Gen2: the Gen2 image
+    ("Standard_D2_v3", "Ubuntu2204", CIG_UBUNTU, "2204containerd"),             # Gen1 only (as upstream's SKU data)
+    ("Standard_D16plds_v5", "Ubuntu2204", CIG_UBUNTU, "2204gen2arm64containerd"),
+    ("Standard_D2_v5", "AzureLinux", CIG_AZURELINUX, "V3gen2"),                 # AzureLinux 3 from Kubernetes 1.32
+    ("Standard_D2_v3", "AzureLinux", CIG_AZURELINUX, "V3"),
+    ("Standard_D16plds_v5", "AzureLinux", CIG_AZURELINUX, "V3gen2arm64"),
+])
+def test_each_size_boots_the_community_image_of_its_architecture_and_generation(world, fake, size, family, gallery,
+                                                                               definition):
+    store, ctrl, p, version, clock = world
+    for sku in fake.skus:  # upstream's data: D2_v3 is a Hyper-V generation 1 size only
+        if sku["name"] == "Standard_D2_v3":
+            sku["capabilities"] = [c if c["name"] != "HyperVGenerations" else {**c, "value": "V1"}
+                                   for c in sku["capabilities"]]
+    p.types.refresh(force=True)
+    store.objs[("AKSNodeClass", "default")]["spec"]["imageFamily"] = family
+    ctrl.reconcile("default")
+    p.create(claim(name="img-1", types=(size,)))
+    (vm,) = vm_puts(fake)
+    assert vm["properties"]["hardwareProfile"]["vmSize"] == size
+    parts = vm["properties"]["storageProfile"]["imageReference"]["communityGalleryImageId"].split("/")
+    assert (parts[2], parts[4]) == (gallery, definition)
+
+
+# --- tags and kubelet labels of the VM (L630, L3145-L3146, L1680) --------------------------------------------
+def test_additional_tags_are_on_the_vm_and_its_nic(fake, provider, monkeypatch):
+    provider.nodeclass["obj"] = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
+                                 "spec": {"imageFamily": "Ubuntu2204"}}
+    monkeypatch.setattr(provider.s, "additional_tags", {"karpenter.azure.com/test-tag": "test-value"})
+    provider.create(claim())
+    want = {"karpenter.azure.com_test-tag": "test-value", "karpenter.azure.com_cluster": "workshop",
+            "compute.aks.billing": "linux", "karpenter.sh_nodepool": "default-demo"}
+    (vm,) = vm_puts(fake)
+    (nic,) = [r["body"] for r in fake.calls("PUT", r"/networkInterfaces/[^/]+$")]
+    assert vm["tags"] == want and nic["tags"] == want
+
+
+@pytest.mark.parametrize("domain, kubelet_may_set", [("node-restriction.kubernetes.io", False),
+                                                     ("node.kubernetes.io", True)])
+def test_restricted_label_domains_reach_the_node_but_not_the_kubelet(fake, provider, domain, kubelet_may_set):
+    wanted = {f"{domain}/team": "team-1", f"{domain}/custom-label": "custom-value",
+              f"subdomain.{domain}/custom-label": "custom-value"}
+    c = claim()
+    c["spec"]["requirements"] += [{"key": k, "operator": "In", "values": [v]} for k, v in wanted.items()]
+    out = provider.create(c)
+    for k, v in wanted.items():
+        assert out["metadata"]["labels"][k] == v  # the NodeClaim (and so its Node) carries it
+    (vm,) = vm_puts(fake)
+    kubelet = dict(kv.split("=", 1) for kv in parse_custom_data(vm["properties"]["osProfile"]["customData"])
+                   ["KUBELET_NODE_LABELS"].split(","))
+    for k, v in wanted.items():
+        assert (kubelet.get(k) == v) is kubelet_may_set, k
+
+
+def test_kubelet_flags_leave_out_keep_terminated_pod_volumes_from_kubernetes_1_31(fake, provider):
+    provider.create(claim())  # the cluster runs 1.33.2
+    (vm,) = vm_puts(fake)
+    boot = parse_custom_data(vm["properties"]["osProfile"]["customData"])
+    assert boot["KUBERNETES_VERSION"] == "1.33.2"
+    flags = boot["KUBELET_FLAGS"].split(" ")
+    assert "--max-pods=250" in flags
+    assert not any(f.startswith("--keep-terminated-pod-volumes") for f in flags)
+
+
+# --- drift (suite_drift_test.go L172, L196-L222) ---------------------------------------------------------------
+@pytest.fixture
+def drifting(world):
+    """A NodeClaim on Node aks-a whose kubelet runs 1.33.2, after the control plane moved to 1.34.0: drifted on
+    the Kubernetes version unless something stops the check."""
+    store, ctrl, p, version, clock = world
+    ctrl.reconcile("default")
+    image = nodeclass(store)["status"]["images"][2]["id"]
+    store.add({"kind": "Node", "metadata": {"name": "aks-a", "labels": {}},
+               "status": {"nodeInfo": {"kubeletVersion": "v1.33.2"}}})
+    nodeclaim = {"metadata": {"name": "a", "annotations": {}}, "status": {"nodeName": "aks-a", "imageID": image}}
+    version["v"] = "1.34.0"
+    ctrl.reconcile("default")
+    assert p.is_drifted(nodeclaim, nodeclass(store)) == "K8sVersionDrift"
+    return store, p, nodeclaim
+
+
+def test_kubernetes_version_drift_needs_a_ready_version(drifting):
+    store, p, nodeclaim = drifting
+    nc = copy.deepcopy(nodeclass(store))
+    for c in nc["status"]["conditions"]:
+        if c["type"] == "KubernetesVersionReady":
+            c["status"], c["reason"] = "False", "K8sVersionNoLongerReady"
+    assert p.is_drifted(nodeclaim, nc) is None
+    nc = copy.deepcopy(nodeclass(store))
+    nc["status"]["kubernetesVersion"] = ""
+    assert p.is_drifted(nodeclaim, nc) is None
+
+
+def test_kubernetes_version_drift_needs_the_nodeclaims_node(drifting):
+    store, p, nodeclaim = drifting
+    nameless = copy.deepcopy(nodeclaim)
+    nameless["status"]["nodeName"] = ""
+    assert p.is_drifted(nameless, nodeclass(store)) is None
+    gone = copy.deepcopy(nodeclaim)
+    gone["status"]["nodeName"] = "NodeWhoDoesNotExist"
+    assert p.is_drifted(gone, nodeclass(store)) is None
+
+
+def test_status_images_moving_to_another_gallery_drift_the_image(world):
+    store, ctrl, p, version, clock = world
+    ctrl.reconcile("default")
+    nc = nodeclass(store)
+    nodeclaim = {"metadata": {"name": "a", "annotations": {}}, "status": {"imageID": nc["status"]["images"][2]["id"]}}
+    assert p.is_drifted(nodeclaim, nc) is None
+    sig = copy.deepcopy(nc)
+    for img in sig["status"]["images"]:  # the same definitions and versions, now from a shared image gallery
+        definition_and_version = img["id"].split("/images/", 1)[1]
+        img["id"] = ("/subscriptions/10945678-1234-1234-1234-123456789012/resourceGroups/AKS-Ubuntu/providers/"
+                     f"Microsoft.Compute/galleries/AKSUbuntu/images/{definition_and_version}")
+    assert p.is_drifted(nodeclaim, sig) == "ImageDrift"
