@@ -221,25 +221,13 @@ class AKSMachineProvider(AzureVMProvider):
 
     # --- create -----------------------------------------------------------------------------------
     def create(self, nodeclaim: dict) -> dict:
-        from ...provisioning.launch import launch_candidates
-
-        spec = nodeclaim.get("spec") or {}
-        ref = spec.get("nodeClassRef") or {}
-        nc = self.lookup("AKSNodeClass", ref.get("name", ""))
-        if nc is None:
-            raise InsufficientCapacityError(f'resolving node class from nodeclaim, AKSNodeClass "{ref.get("name", "")}" not found')
+        nc, reqs, types = self.launch_inputs(nodeclaim)
         claim = nodeclaim["metadata"]["name"]
         name = machine_name(claim)
-        reqs = Requirements.from_node_selector(spec.get("requirements") or ())
-        allowed = reqs.get(LABEL_INSTANCE_TYPE)
-        types = [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
         existing = self._get_machine(name)
         if existing is not None:
             return self._reuse(existing, nodeclaim, reqs, types, nc)
-        cands = launch_candidates(reqs, types, self._is_unavailable)
-        if not cands:
-            raise InsufficientCapacityError("all requested instance types were unavailable during launch")
-        it, o = cands[0].instance_type, cands[0].offering
+        it, o = self.cheapest_launch(reqs, types)
         labels = self._labels(nodeclaim, reqs, it, o)
         body = self.machine_body(nodeclaim, reqs, it, o, nc)
         try:

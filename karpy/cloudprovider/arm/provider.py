@@ -257,27 +257,35 @@ class AzureVMProvider:
         return out
 
     # --- launch -----------------------------------------------------------------------------------
-    def create(self, nodeclaim: dict) -> dict:
-        from ...provisioning.launch import launch_candidates
-
+    def launch_inputs(self, nodeclaim: dict) -> tuple[dict, Requirements, list[InstanceType]]:
+        """A NodeClaim's AKSNodeClass, requirements and the instance types it allows (both provision modes)."""
         spec = nodeclaim.get("spec") or {}
         ref = spec.get("nodeClassRef") or {}
         nc = self.lookup("AKSNodeClass", ref.get("name", ""))
         if nc is None:
             raise InsufficientCapacityError(f'resolving node class from nodeclaim, AKSNodeClass "{ref.get("name", "")}" not found')
-        claim = nodeclaim["metadata"]["name"]
-        name = vm_name(claim)
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
         allowed = reqs.get(LABEL_INSTANCE_TYPE)
-        types = [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
+        return nc, reqs, [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
+
+    def cheapest_launch(self, reqs: Requirements, types: list[InstanceType]) -> tuple[InstanceType, Offering]:
+        """The offering to launch: the first of the launch candidates not marked unavailable."""
+        from ...provisioning.launch import launch_candidates
+
+        cands = launch_candidates(reqs, types, self._is_unavailable)
+        if not cands:
+            raise InsufficientCapacityError("all requested instance types were unavailable during launch")
+        return cands[0].instance_type, cands[0].offering
+
+    def create(self, nodeclaim: dict) -> dict:
+        nc, reqs, types = self.launch_inputs(nodeclaim)
+        claim = nodeclaim["metadata"]["name"]
+        name = vm_name(claim)
         existing = self._get_vm(name)
         if existing is not None:  # a restart, or a retry after the PUT landed: reuse the VM
             self._info("found existing instance, reusing it", NodeClaim={"name": claim}, vm=name)
             return self._vm_claim(existing, nodeclaim, types, nc)
-        cands = launch_candidates(reqs, types, self._is_unavailable)
-        if not cands:
-            raise InsufficientCapacityError("all requested instance types were unavailable during launch")
-        it, o = cands[0].instance_type, cands[0].offering
+        it, o = self.cheapest_launch(reqs, types)
         labels = self._labels(nodeclaim, reqs, it, o)
         image = self.image_id(nc, it)
         try:
