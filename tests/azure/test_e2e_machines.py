@@ -8,34 +8,23 @@ the arm64 ones are deleted through ``deleteMachines``; scaled to zero, every mac
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import yaml
 
 from .conftest import settings_env
-from .test_e2e import ROOT, Proc, bound, wait_for
+from .test_e2e import ROOT, BootstrapStandIn, Proc, bound, wait_for
 
 
-class AKSStandIn:
+class AKSStandIn(BootstrapStandIn):
     """What AKS and the node's kubelet do for a Succeeded machine: a Node named as its VM, with the provider ID
     Azure's cloud provider writes, the machine's node labels plus kubelet's own, its initialization taints, and
-    the NodeClaim's capacity as a kubelet reports it."""
+    the NodeClaim's capacity as a kubelet reports it (the VM path's stand-in, polling machines instead)."""
 
     def __init__(self, fake, api):
-        self.fake, self.api = fake, api
-        self.stop = threading.Event()
-        self.registered: set[str] = set()
+        super().__init__(fake, api)
         self.arch = {s["name"]: ("arm64" if {"name": "CpuArchitectureType", "value": "Arm64"} in s["capabilities"]
                                  else "amd64") for s in fake.skus}
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            try:
-                self.once()
-            except Exception:  # noqa: BLE001 - the sandbox is busy: the next turn
-                pass
 
     def once(self) -> None:
         with self.fake.lock:
@@ -70,7 +59,7 @@ class AKSStandIn:
                                         "nodeInfo": {"kubeletVersion": "v" + props["kubernetes"]["orchestratorVersion"],
                                                      "architecture": self.arch[size]},
                                         "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]}})
-            self.registered.add(name)
+            self.registered[name] = labels
 
 
 def test_workshop_on_aks_machines(fake, tmp_path):
