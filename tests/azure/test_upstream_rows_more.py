@@ -137,3 +137,50 @@ def test_status_images_moving_to_another_gallery_drift_the_image(world):
         img["id"] = ("/subscriptions/10945678-1234-1234-1234-123456789012/resourceGroups/AKS-Ubuntu/providers/"
                      f"Microsoft.Compute/galleries/AKSUbuntu/images/{definition_and_version}")
     assert p.is_drifted(nodeclaim, sig) == "ImageDrift"
+
+
+def test_a_node_without_the_kubelet_identity_label_is_not_drifted_on_it(world, monkeypatch):
+    store, ctrl, p, version, clock = world
+    ctrl.reconcile("default")
+    image = nodeclass(store)["status"]["images"][2]["id"]
+    store.add({"kind": "Node", "metadata": {"name": "aks-a", "labels": {}},
+               "status": {"nodeInfo": {"kubeletVersion": "v1.33.2"}}})
+    nodeclaim = {"metadata": {"name": "a", "annotations": {}}, "status": {"nodeName": "aks-a", "imageID": image}}
+    monkeypatch.setattr(p.s, "kubelet_identity_client_id", "22222222-2222-2222-2222-222222222222")
+    assert p.is_drifted(nodeclaim, nodeclass(store)) is None
+    store.objs[("Node", "aks-a")]["metadata"]["labels"]["kubernetes.azure.com/kubelet-identity-client-id"] = \
+        "33333333-3333-3333-3333-333333333333"
+    assert p.is_drifted(nodeclaim, nodeclass(store)) == "KubeletIdentityDrift"
+
+
+# --- create-VM failures, then the next launch (L346, L378) ----------------------------------------------------
+LOW_PRIORITY_QUOTA = ("Operation could not be completed as it results in exceeding approved Low Priority Cores quota. "
+                      "Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0, "
+                      "Current Usage: 0, Additional Required: 32, (Minimum) New Limit Required: 32. Submit a request "
+                      "for Quota increase at https://aka.ms/ProdportalCRP/#blade/Microsoft_Azure_Capacity/"
+                      "UsageAndQuota.ReactView/Parameters/%7B%22resourceName%22:%22LowPriorityCores%22%7D")
+
+
+def test_low_priority_quota_fails_the_spot_launch_and_the_next_one_is_on_demand(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "OperationNotAllowed", LOW_PRIORITY_QUOTA, times=1)
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(ct=("on-demand", "spot")))  # spot is cheaper: tried first
+    assert vm_puts(fake)[0]["properties"]["priority"] == "Spot"
+    out = provider.create(claim(ct=("on-demand", "spot")))
+    assert out["metadata"]["labels"]["karpenter.sh/capacity-type"] == "on-demand"
+    assert vm_puts(fake)[-1]["properties"]["priority"] == "Regular"
+
+
+def test_overconstrained_zonal_allocation_moves_the_next_launch_to_another_zone(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "OverconstrainedZonalAllocationRequest", "Allocation failed. VM(s) with the following "
+              "constraints cannot be allocated, because the condition is too restrictive.", times=1)
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(types=("Standard_D2pls_v6",)))
+    first_zone = vm_puts(fake)[0]["zones"]
+    out = provider.create(claim(types=("Standard_D2pls_v6",)))
+    assert vm_puts(fake)[-1]["zones"] != first_zone
+    assert out["metadata"]["labels"]["topology.kubernetes.io/zone"] != f"eastus-{first_zone[0]}"
