@@ -184,3 +184,37 @@ def test_overconstrained_zonal_allocation_moves_the_next_launch_to_another_zone(
     out = provider.create(claim(types=("Standard_D2pls_v6",)))
     assert vm_puts(fake)[-1]["zones"] != first_zone
     assert out["metadata"]["labels"]["topology.kubernetes.io/zone"] != f"eastus-{first_zone[0]}"
+
+
+# --- networking of the VM (L279, L1192, L1565) ------------------------------------------------------------------
+def nic_puts(fake) -> list[dict]:
+    return [r["body"] for r in fake.calls("PUT", r"/networkInterfaces/[^/]+$")]
+
+
+def test_the_nodeclass_subnet_replaces_vnet_subnet_id(fake, provider):
+    subnet = ("/subscriptions/12345678-1234-1234-1234-123456789012/resourceGroups/sillygeese/providers/"
+              "Microsoft.Network/virtualNetworks/karpenter/subnets/nodeclassSubnet")
+    provider.nodeclass["obj"] = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
+                                 "spec": {"imageFamily": "Ubuntu2204", "vnetSubnetID": subnet}}
+    provider.create(claim())
+    (nic,) = nic_puts(fake)
+    assert nic["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"] == subnet
+
+
+def test_azure_cni_overlay_gives_the_vm_one_nic_with_one_ip_configuration(fake, provider):
+    assert (provider.s.network_plugin, provider.s.network_plugin_mode) == ("azure", "overlay")
+    provider.create(claim())
+    (vm,) = vm_puts(fake)
+    (nic_ref,) = vm["properties"]["networkProfile"]["networkInterfaces"]
+    assert nic_ref["properties"]["primary"] is True
+    (nic,) = nic_puts(fake)
+    (ip,) = nic["properties"]["ipConfigurations"]  # no secondary IPs for pods: overlay gives them their own range
+    assert ip["properties"]["primary"] is True
+
+
+def test_the_cluster_dns_setting_is_the_kubelets_cluster_dns(fake, provider, monkeypatch):
+    monkeypatch.setattr(provider.s, "dns_service_ip", "10.244.0.1")
+    provider.create(claim())
+    (vm,) = vm_puts(fake)
+    flags = parse_custom_data(vm["properties"]["osProfile"]["customData"])["KUBELET_FLAGS"].split(" ")
+    assert "--cluster-dns=10.244.0.1" in flags
