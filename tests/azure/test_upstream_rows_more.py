@@ -218,3 +218,16 @@ def test_the_cluster_dns_setting_is_the_kubelets_cluster_dns(fake, provider, mon
     (vm,) = vm_puts(fake)
     flags = parse_custom_data(vm["properties"]["osProfile"]["customData"])["KUBELET_FLAGS"].split(" ")
     assert "--cluster-dns=10.244.0.1" in flags
+
+
+def test_network_plugin_none_gives_every_size_250_pods(fake, env, monkeypatch):
+    from .conftest import make_provider
+
+    monkeypatch.setenv("NETWORK_PLUGIN", "none")
+    p, _ = make_provider(lambda kind, name: NODECLASS)
+    try:
+        assert p.s.network_plugin == "none"
+        its = p.get_instance_types({}, NODECLASS)
+        assert its and {int(it.capacity["pods"]) for it in its} == {250}
+    finally:
+        p.close()
