@@ -231,3 +231,19 @@ def test_network_plugin_none_gives_every_size_250_pods(fake, env, monkeypatch):
         assert its and {int(it.capacity["pods"]) for it in its} == {250}
     finally:
         p.close()
+
+
+# --- ephemeral OS disk (L1079, L1131, L1151) ---------------------------------------------------------------------
+@pytest.mark.parametrize("os_disk_gb, ephemeral", [(None, True), (150, True), (256, False)])
+def test_the_os_disk_is_ephemeral_only_where_the_sizes_local_disk_holds_it(fake, provider, os_disk_gb, ephemeral):
+    """Standard_D8ds_v5 has a 200 GiB cache disk (the fake's SKU data)."""
+    spec = {"imageFamily": "Ubuntu2204", **({"osDiskSizeGB": os_disk_gb} if os_disk_gb else {})}
+    provider.nodeclass["obj"] = {"kind": "AKSNodeClass", "metadata": {"name": "default"}, "spec": spec}
+    provider.create(claim(types=("Standard_D8ds_v5",)))
+    (vm,) = vm_puts(fake)
+    disk = vm["properties"]["storageProfile"]["osDisk"]
+    assert disk["diskSizeGB"] == (os_disk_gb or 128)
+    if ephemeral:
+        assert disk["diffDiskSettings"]["option"] == "Local" and "managedDisk" not in disk
+    else:
+        assert "diffDiskSettings" not in disk and disk["managedDisk"]["storageAccountType"]
