@@ -247,3 +247,41 @@ def test_the_os_disk_is_ephemeral_only_where_the_sizes_local_disk_holds_it(fake,
         assert disk["diffDiskSettings"]["option"] == "Local" and "managedDisk" not in disk
     else:
         assert "diffDiskSettings" not in disk and disk["managedDisk"]["storageAccountType"]
+
+
+# --- the largest ephemeral OS disk of a size and where it goes (L998-L1005) -----------------------------------
+# the ephemeral-disk capabilities of upstream's recorded SKU data for each size
+EPHEMERAL_CAPS = {
+    "Standard_B20ms": {"EphemeralOSDiskSupported": "True", "SupportedEphemeralOSDiskPlacements": "ResourceDisk,CacheDisk",
+                       "CachedDiskBytes": "32212254720", "MaxResourceVolumeMB": "163840"},
+    "Standard_D128ds_v6": {"EphemeralOSDiskSupported": "True", "SupportedEphemeralOSDiskPlacements": "NvmeDisk",
+                           "NvmeDiskSizeInMiB": "7208960", "MaxResourceVolumeMB": "0"},
+    "Standard_D16plds_v5": {"EphemeralOSDiskSupported": "True", "SupportedEphemeralOSDiskPlacements": "ResourceDisk,CacheDisk",
+                            "CachedDiskBytes": "429496729600", "MaxResourceVolumeMB": "614400"},
+    "Standard_D2as_v6": {"EphemeralOSDiskSupported": "False", "MaxResourceVolumeMB": "0"},
+    "Standard_NC24ads_A100_v4": {"EphemeralOSDiskSupported": "True",
+                                 "SupportedEphemeralOSDiskPlacements": "ResourceDisk,CacheDisk",
+                                 "CachedDiskBytes": "274877906944", "NvmeDiskSizeInMiB": "915527",
+                                 "MaxResourceVolumeMB": "65536"},
+    "Standard_D64s_v3": {"EphemeralOSDiskSupported": "True", "SupportedEphemeralOSDiskPlacements": "ResourceDisk,CacheDisk",
+                         "CachedDiskBytes": "1717986918400", "MaxResourceVolumeMB": "524288"},
+    "Standard_A0": {"EphemeralOSDiskSupported": "False", "MaxResourceVolumeMB": "20480"},
+    "Standard_D2_v2": {"EphemeralOSDiskSupported": "False", "MaxResourceVolumeMB": "102400"},
+}
+
+
+@pytest.mark.parametrize("size, gb, placement", [
+    ("Standard_B20ms", 32, "CacheDisk"), ("Standard_D128ds_v6", 7559, "NvmeDisk"),
+    ("Standard_D16plds_v5", 429, "CacheDisk"), ("Standard_D2as_v6", 0, ""),
+    ("Standard_NC24ads_A100_v4", 274, "CacheDisk"),  # an NVMe disk, but NVMe placement is not supported
+    ("Standard_D64s_v3", 1717, "CacheDisk"), ("Standard_A0", 0, ""), ("Standard_D2_v2", 0, ""),
+])
+def test_the_largest_ephemeral_os_disk_of_a_size_and_its_placement(size, gb, placement):
+    from karpy.cloudprovider.arm.skus import sku_info
+
+    caps = {"vCPUs": "2", "HyperVGenerations": "V1,V2", **EPHEMERAL_CAPS[size]}
+    sku = {"name": size, "resourceType": "virtualMachines", "family": "x", "locations": ["eastus"],
+           "locationInfo": [{"location": "eastus", "zones": ["1", "2", "3"]}],
+           "capabilities": [{"name": k, "value": v} for k, v in caps.items()]}
+    info = sku_info(sku, "eastus")
+    assert (info.ephemeral_max_gb, info.ephemeral_placement) == (gb, placement)
