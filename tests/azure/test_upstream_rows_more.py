@@ -285,3 +285,47 @@ def test_the_largest_ephemeral_os_disk_of_a_size_and_its_placement(size, gb, pla
            "capabilities": [{"name": k, "value": v} for k, v in caps.items()]}
     info = sku_info(sku, "eastus")
     assert (info.ephemeral_max_gb, info.ephemeral_placement) == (gb, placement)
+
+
+def test_overconstrained_allocation_moves_the_next_launch_of_the_size_to_the_other_capacity_type(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "OverconstrainedAllocationRequest", "Allocation failed. VM(s) with the following constraints "
+              "cannot be allocated, because the condition is too restrictive.", times=1)
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(types=("Standard_D2pls_v6",), ct=("on-demand", "spot")))  # spot first: cheaper
+    assert vm_puts(fake)[0]["properties"]["priority"] == "Spot"
+    out = provider.create(claim(types=("Standard_D2pls_v6",), ct=("on-demand", "spot")))
+    labels = out["metadata"]["labels"]
+    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"]) == \
+        ("Standard_D2pls_v6", "on-demand")
+
+
+def test_a_zero_family_quota_blocks_the_family_for_an_hour(fake, provider):
+    from karpy.cloudprovider.arm.offerings import HOUR, LOW_QUOTA_TTL
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "OperationNotAllowed", "Operation could not be completed as it results in exceeding approved "
+              "standardDPLSv6Family Cores quota. Additional details - Deployment Model: Resource Manager, Location: "
+              "eastus, Current Limit: 0, Current Usage: 0, Additional Required: 2", times=1)
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(types=("Standard_D2pls_v6",)))
+    with pytest.raises(InsufficientCapacityError):  # no size of the family is tried while the block lasts
+        provider.create(claim(types=("Standard_D2pls_v6",)))
+    assert len(vm_puts(fake)) == 1
+    provider.clock.t += LOW_QUOTA_TTL + 1  # a non-zero limit's block would have ended here
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(types=("Standard_D2pls_v6",)))
+    provider.clock.t += HOUR
+    provider.create(claim(types=("Standard_D2pls_v6",)))
+    assert len(vm_puts(fake)) == 2
+
+
+def test_total_regional_cores_quota_is_insufficient_capacity(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "OperationNotAllowed", "Operation could not be completed as it results in exceeding approved "
+              "Total Regional Cores quota. Additional details - Deployment Model: Resource Manager, Location: eastus, "
+              "Current Limit: 100, Current Usage: 100, Additional Required: 2")
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(claim(types=("Standard_D2pls_v6",)))
