@@ -27,7 +27,7 @@ def reserved_or_on_demand(name):
     return c
 
 
-def test_reservations_resolve_and_launches_use_them_until_full(env):
+def test_reservations_resolve_and_launches_use_them_until_full(env, monkeypatch):
     p, nc, faults, account = env
     soon = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=10)).isoformat()
     faults.capacity_reservations = [
@@ -68,6 +68,9 @@ def test_reservations_resolve_and_launches_use_them_until_full(env):
         "CapacityReservationTarget": {"CapacityReservationId": "cr-0aaa"}}
     (inst,) = account.instances()
     assert (inst["InstanceType"], inst["Placement"]["AvailabilityZone"]) == ("m7g.large", "us-west-2b")
+    # EC2 reports the instance's reservation in DescribeInstances (moto leaves it out for a fleet's instance)
+    real = p._instance
+    monkeypatch.setattr(p, "_instance", lambda pid: {**real(pid), "CapacityReservationId": "cr-0aaa"})
     assert p.is_drifted(out, nc) is None
     unselected = {**nc, "status": {**nc["status"], "capacityReservations": crs[1:]}}
     assert p.is_drifted(out, unselected) == "CapacityReservationDrift"

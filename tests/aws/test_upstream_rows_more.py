@@ -86,3 +86,37 @@ def test_with_several_reasons_the_nodeclass_hash_is_reported(launched, monkeypat
                         subnets=[s for s in nc["status"]["subnets"] if s["id"] != inst["SubnetId"]],
                         securityGroups=[{"id": "sg-0123456789abcdef0", "name": "x"}])
     assert p.is_drifted(nodeclaim, moved) == "NodeClassDrift"
+
+
+def test_an_ami_still_listed_but_not_for_the_instances_type_drifts_on_ami(launched):
+    """Upstream's AMI drift maps the status AMIs onto the instance's type: the instance's AMI still listed, but
+    with requirements its instance type no longer meets, is AMIDrift."""
+    p, nc, nodeclaim, inst, _ = launched
+    arch = next(t for t in p.get_instance_types({}, nc) if t.name == inst["InstanceType"]).labels["kubernetes.io/arch"]
+    other = "amd64" if arch == "arm64" else "arm64"
+    assert p.is_drifted(nodeclaim, nc) is None
+    same_id = [{"id": inst["ImageId"], "requirements": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": [other]}]}]
+    assert p.is_drifted(nodeclaim, with_status(nc, amis=same_id)) == "AMIDrift"
+    # the same AMI with requirements its type meets is not drift
+    fits = [{"id": inst["ImageId"], "requirements": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]}]}]
+    assert p.is_drifted(nodeclaim, with_status(nc, amis=fits)) is None
+
+
+def test_a_reservation_that_fell_back_to_on_demand_is_not_drift(launched, monkeypatch):
+    """The NodeClaim was launched for reservation cr-foo (its label says so), the reservation is gone from the
+    EC2NodeClass's status, but the instance runs outside any reservation (it fell back to on-demand): EC2's
+    answer, not the label, decides, so it is not drifted. While the instance is in cr-foo it is."""
+    p, nc, nodeclaim, inst, _ = launched
+    nodeclaim["metadata"]["labels"] = {"karpenter.k8s.aws/capacity-reservation-id": "cr-foo",
+                                       "karpenter.sh/capacity-type": "reserved"}
+    gone = with_status(nc, capacityReservations=[])
+    assert p.is_drifted(nodeclaim, gone) is None
+    real = p._instance
+    monkeypatch.setattr(p, "_instance", lambda pid: {**real(pid), "CapacityReservationId": "cr-foo"})
+    assert p.is_drifted(nodeclaim, gone) == "CapacityReservationDrift"
+    kept = with_status(nc, capacityReservations=[{
+        "id": "cr-foo", "instanceType": inst["InstanceType"], "availabilityZone": inst["Placement"]["AvailabilityZone"],
+        "ownerID": "123456789012", "instanceMatchCriteria": "targeted", "reservationType": "default", "state": "active"}])
+    assert p.is_drifted(nodeclaim, kept) is None

@@ -561,23 +561,36 @@ class EC2CloudProvider:
         if ann.get(HASH_VERSION_ANNOTATION) == HASH_VERSION and ann.get(HASH_ANNOTATION) is not None and \
                 ann[HASH_ANNOTATION] != hash_annotations(nodeclass)[HASH_ANNOTATION]:
             return "NodeClassDrift"
-        rid = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(static.LABEL_CAPACITY_RESERVATION_ID)
-        if rid and rid not in {r["id"] for r in status.get("capacityReservations") or ()}:
-            return "CapacityReservationDrift"  # its reservation is no longer selected (or ended)
         try:
             inst = self._instance(pid)
         except NodeClaimNotFoundError:
             return None
-        amis = {a["id"] for a in status.get("amis") or ()}
-        if amis and inst.get("ImageId") not in amis:
-            return "AMIDrift"
-        subnets = {s["id"] for s in status.get("subnets") or ()}
-        if subnets and inst.get("SubnetId") and inst["SubnetId"] not in subnets:
-            return "SubnetDrift"
+        # upstream's order: AMI, security groups, subnet, capacity reservation
+        amis = status.get("amis") or ()
+        if amis:
+            # the AMI a launch would choose for the instance's type now (the first whose requirements it meets),
+            # so an AMI still listed but no longer applying to this type drifts too
+            name = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE_TYPE) \
+                or inst.get("InstanceType")
+            # every type the NodeClass allows whatever its AMIs (karpy's listing drops types no AMI fits)
+            unfiltered = {**nodeclass, "status": {**status, "amis": []}}
+            it = next((t for t in self.get_instance_types({}, unfiltered) if t.name == name), None)
+            if it is None:  # upstream: an error finding the instance type, so no drift decision
+                return None
+            ami = next((a for a in amis if _matches(a.get("requirements") or [], it)), None)
+            if ami is None or inst.get("ImageId") != ami["id"]:
+                return "AMIDrift"
         groups = {g["GroupId"] for g in inst.get("SecurityGroups") or ()}
         want = {g["id"] for g in status.get("securityGroups") or ()}
         if groups and want and groups != want:  # an instance always has a group; none reported is "unknown"
             return "SecurityGroupDrift"
+        subnets = {s["id"] for s in status.get("subnets") or ()}
+        if subnets and inst.get("SubnetId") and inst["SubnetId"] not in subnets:
+            return "SubnetDrift"
+        # the reservation the instance is in, as EC2 reports it: an instance that fell back to on-demand has none
+        rid = inst.get("CapacityReservationId")
+        if rid and rid not in {r["id"] for r in status.get("capacityReservations") or ()}:
+            return "CapacityReservationDrift"  # its reservation is no longer selected (or ended)
         return None
 
     # --- interruption -----------------------------------------------------------------------------
