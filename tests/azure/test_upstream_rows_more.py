@@ -329,3 +329,60 @@ def test_total_regional_cores_quota_is_insufficient_capacity(fake, provider):
               "Current Limit: 100, Current Usage: 100, Additional Required: 2")
     with pytest.raises(InsufficientCapacityError):
         provider.create(claim(types=("Standard_D2pls_v6",)))
+
+
+# --- kubelet flags and labels of the VM (L1216, L3095) ---------------------------------------------------------
+def _boot(fake) -> dict[str, str]:
+    (vm,) = vm_puts(fake)
+    return parse_custom_data(vm["properties"]["osProfile"]["customData"])
+
+
+def test_nodeclass_kubelet_settings_become_kubelet_flags(fake, provider):
+    provider.nodeclass["obj"] = {"kind": "AKSNodeClass", "metadata": {"name": "default"}, "spec": {
+        "imageFamily": "Ubuntu2204", "kubelet": {
+            "cpuManagerPolicy": "static", "cpuCFSQuota": True, "imageGCHighThresholdPercent": 30,
+            "imageGCLowThresholdPercent": 20, "topologyManagerPolicy": "best-effort",
+            "allowedUnsafeSysctls": ["kernel.msg*", "net.ipv4.route.min_pmtu"], "containerLogMaxSize": "42Mi",
+            "containerLogMaxFiles": 13, "podPidsLimit": 99}}}
+    provider.create(claim(types=("Standard_D2pls_v6",)))
+    flags = dict(f.split("=", 1) for f in _boot(fake)["KUBELET_FLAGS"].split(" "))
+    assert flags["--allowed-unsafe-sysctls"] == "kernel.msg*,net.ipv4.route.min_pmtu"
+    assert flags["--system-reserved"] == "cpu=0,memory=0"
+    assert flags["--max-pods"] == "250"
+    assert (flags["--cpu-manager-policy"], flags["--cpu-cfs-quota"], flags["--topology-manager-policy"]) == \
+        ("static", "true", "best-effort")
+    assert (flags["--image-gc-high-threshold"], flags["--image-gc-low-threshold"]) == ("30", "20")
+    assert (flags["--container-log-max-size"], flags["--container-log-max-files"], flags["--pod-max-pids"]) == \
+        ("42Mi", "13", "99")
+
+
+def test_without_unsafe_sysctls_the_flag_is_left_out(fake, provider):
+    provider.create(claim(types=("Standard_D2pls_v6",)))
+    flags = dict(f.split("=", 1) for f in _boot(fake)["KUBELET_FLAGS"].split(" "))
+    assert "--allowed-unsafe-sysctls" not in flags and flags["--system-reserved"] == "cpu=0,memory=0"
+
+
+def test_non_schedulable_labels_reach_the_kubelet(fake, provider, monkeypatch):
+    monkeypatch.setattr(provider.s, "kubelet_identity_client_id", "61f71907-753f-4802-a901-47361c3664f2")
+    monkeypatch.setattr(provider.s, "vnet_guid", "a519e60a-cac0-40b2-b883-084477fe6f5c")
+    provider.create(claim(types=("Standard_D2pls_v6",)))
+    labels = dict(kv.split("=", 1) for kv in _boot(fake)["KUBELET_NODE_LABELS"].split(","))
+    assert {k: labels.get(k) for k in (
+        "kubernetes.azure.com/role", "kubernetes.azure.com/kubelet-identity-client-id", "kubernetes.azure.com/mode",
+        "kubernetes.azure.com/network-subnet", "kubernetes.azure.com/nodenetwork-vnetguid",
+        "kubernetes.azure.com/azure-cni-overlay", "kubernetes.azure.com/podnetwork-type",
+        "karpenter.sh/do-not-sync-taints")} == {
+        "kubernetes.azure.com/role": "agent",
+        "kubernetes.azure.com/kubelet-identity-client-id": "61f71907-753f-4802-a901-47361c3664f2",
+        "kubernetes.azure.com/mode": "user", "kubernetes.azure.com/network-subnet": "nodes",
+        "kubernetes.azure.com/nodenetwork-vnetguid": "a519e60a-cac0-40b2-b883-084477fe6f5c",
+        "kubernetes.azure.com/azure-cni-overlay": "true", "kubernetes.azure.com/podnetwork-type": "overlay",
+        "karpenter.sh/do-not-sync-taints": "true"}
+
+
+def test_network_labels_are_for_azure_cni_overlay_only(fake, provider, monkeypatch):
+    monkeypatch.setattr(provider.s, "network_plugin", "none")
+    provider.create(claim(types=("Standard_D2pls_v6",)))
+    labels = dict(kv.split("=", 1) for kv in _boot(fake)["KUBELET_NODE_LABELS"].split(","))
+    assert labels["kubernetes.azure.com/mode"] == "user"
+    assert not {"kubernetes.azure.com/azure-cni-overlay", "kubernetes.azure.com/podnetwork-type"} & labels.keys()

@@ -24,7 +24,7 @@ KUBELET_BASE_FLAGS = {
     "--image-gc-high-threshold": "85",
     "--image-gc-low-threshold": "80",
     "--eviction-hard": "memory.available<750Mi,nodefs.available<10%,nodefs.inodesFree<5%",
-    "--system-reserved": "",
+    "--system-reserved": "cpu=0,memory=0",  # as upstream: nothing reserved for the system, all in kube-reserved
     "--rotate-certificates": "true",
     "--read-only-port": "0",
 }

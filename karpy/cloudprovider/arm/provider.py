@@ -356,6 +356,13 @@ class AzureVMProvider:
         node_labels.update({"kubernetes.azure.com/role": "agent", "karpenter.sh/do-not-sync-taints": "true"})
         if self.s.kubelet_identity_client_id:
             node_labels["kubernetes.azure.com/kubelet-identity-client-id"] = self.s.kubelet_identity_client_id
+        node_labels.setdefault("kubernetes.azure.com/mode", "user")  # upstream's default; a NodeClaim may ask system
+        if self.s.network_plugin == "azure" and self.s.network_plugin_mode == "overlay":  # as upstream's labels
+            node_labels.update({"kubernetes.azure.com/network-subnet": (ncspec.get("vnetSubnetID")
+                                                                         or self.s.vnet_subnet_id).rstrip("/").rsplit("/", 1)[-1],
+                                "kubernetes.azure.com/nodenetwork-vnetguid": self.s.vnet_guid,
+                                "kubernetes.azure.com/azure-cni-overlay": "true",
+                                "kubernetes.azure.com/podnetwork-type": "overlay"})
         from ...resources import format_resource_list
 
         reserved = format_resource_list(static.kube_reserved(int(it.capacity.get("cpu", 0)) // 1000,
@@ -706,4 +713,6 @@ def _kubelet_fields(k: dict) -> dict[str, str]:
                         ("containerLogMaxFiles", "--container-log-max-files"), ("podPidsLimit", "--pod-max-pids")):
         if k.get(field) is not None:
             flags[flag] = str(k[field]).lower() if isinstance(k[field], bool) else str(k[field])
+    if k.get("allowedUnsafeSysctls"):  # as upstream: the patterns comma separated
+        flags["--allowed-unsafe-sysctls"] = ",".join(str(x) for x in k["allowedUnsafeSysctls"])
     return flags

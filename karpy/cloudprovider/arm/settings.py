@@ -122,6 +122,7 @@ class AzureSettings:
     aks_machines_pool_name: str = ""  # the Machines agent pool, with PROVISION_MODE=aksmachineapi
     additional_tags: dict[str, str] = field(default_factory=dict)
     dns_service_ip: str = "10.0.0.10"
+    vnet_guid: str = ""  # upstream's VNET_GUID (overlay with a cluster's own virtual network): the node label's value
     vm_memory_overhead_percent: float = 0.075
     retail_prices_endpoint: str = ""  # "": karpy's static prices only
 
