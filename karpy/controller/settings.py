@@ -168,6 +168,8 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
         var = ENV.get(key)
         if var and env.get(var) not in (None, ""):
             return str(env[var]), var
+        if key == "network_plugin_mode" and var in env:  # as upstream: set but empty is Azure CNI on the node subnet
+            return "", var
         return None, FLAG.get(key, key)
 
     v, _ = pick("kubeconfig")

@@ -386,3 +386,20 @@ def test_network_labels_are_for_azure_cni_overlay_only(fake, provider, monkeypat
     labels = dict(kv.split("=", 1) for kv in _boot(fake)["KUBELET_NODE_LABELS"].split(","))
     assert labels["kubernetes.azure.com/mode"] == "user"
     assert not {"kubernetes.azure.com/azure-cni-overlay", "kubernetes.azure.com/podnetwork-type"} & labels.keys()
+
+
+# --- max pods on the node subnet (L2693) -----------------------------------------------------------------------
+@pytest.mark.parametrize("mode, pods", [("", 30), ("overlay", 250)])
+def test_azure_cni_on_the_node_subnet_gives_30_pods(fake, env, monkeypatch, mode, pods):
+    from .conftest import make_provider
+
+    monkeypatch.setenv("NETWORK_PLUGIN_MODE", mode)  # set but empty: Azure CNI on the node subnet
+    p, _ = make_provider(lambda kind, name: NODECLASS)
+    try:
+        assert p.s.network_plugin_mode == mode
+        types = p.get_instance_types({"metadata": {"name": "default"}, "spec": {}}, NODECLASS)
+        assert types and {it.capacity["pods"] for it in types} == {pods}
+        p.create(claim(types=("Standard_D2pls_v6",)))
+        assert "--max-pods=%d" % pods in _boot(fake)["KUBELET_FLAGS"].split(" ")
+    finally:
+        p.close()

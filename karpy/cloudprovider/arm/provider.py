@@ -52,6 +52,7 @@ from .skus import InstanceTypes, cluster_label
 TAG_CLUSTER = "karpenter.azure.com_cluster"
 TAG_NODEPOOL = "karpenter.sh_nodepool"
 TAG_BILLING = "compute.aks.billing"
+NODE_SUBNET_MAX_PODS = 30  # upstream's default max pods for Azure CNI without overlay
 NODECLASS_HASH_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash"
 NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash-version"
 NODECLASS_HASH_VERSION = "karpy-v1"  # karpy's hash of the AKSNodeClass, not upstream's v3
@@ -105,6 +106,9 @@ class AzureVMProvider:
         self.s = settings
         self.types = types
         types.cluster = cluster_label(settings.node_resource_group)  # kubernetes.azure.com/cluster of every size
+        # as upstream: Azure CNI on the node subnet (no overlay) gives each node 30 pods by default, else 250
+        types.default_max_pods = (NODE_SUBNET_MAX_PODS if settings.network_plugin == "azure"
+                                  and settings.network_plugin_mode != "overlay" else static.DEFAULT_MAX_PODS)
         self.lookup = nodeclass_lookup
         self.cluster = cluster  # {"ca": base64 PEM, "version": "1.33.2"}
         self.delete_nodeclaim = delete_nodeclaim

@@ -225,6 +225,7 @@ class InstanceTypes:
         self._cache: dict[tuple, list[InstanceType]] = {}
         self.lock = threading.Lock()
         self.cluster = ""  # kubernetes.azure.com/cluster of every size (the provider sets it: cluster_label())
+        self.default_max_pods = static.DEFAULT_MAX_PODS  # pods per node without spec.maxPods (the provider sets it)
 
     def refresh(self, force: bool = False) -> None:
         if not force and self.fetched and self.now() - self.fetched < REFRESH:
@@ -274,6 +275,8 @@ class InstanceTypes:
     def list(self, nodeclass: dict | None) -> list[InstanceType]:
         """Every usable SKU as an instance type, offerings all available (the caller marks the unavailable)."""
         params = static.provider._params(nodeclass)
+        if not ((nodeclass or {}).get("spec") or {}).get("maxPods"):
+            params["max_pods"] = self.default_max_pods
         key = (self.version, tuple(sorted(params.items())), self.prices.version if self.prices is not None else 0,
                self.cluster)
         with self.lock:
