@@ -403,3 +403,21 @@ def test_azure_cni_on_the_node_subnet_gives_30_pods(fake, env, monkeypatch, mode
         assert "--max-pods=%d" % pods in _boot(fake)["KUBELET_FLAGS"].split(" ")
     finally:
         p.close()
+
+
+# --- ZonalAllocationFailed (L2098) -----------------------------------------------------------------------------
+def test_zonal_allocation_failure_blocks_the_family_at_or_above_the_size_in_that_zone(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    from .test_provider import _unavailable
+
+    fake.fail("vm.put", "ZonalAllocationFailed", "Allocation failed in zone", times=1)
+    with pytest.raises(InsufficientCapacityError, match="ZonalAllocationFailed"):
+        provider.create(claim(types=("Standard_D4pls_v6",)))
+    zone = vm_puts(fake)[0]["zones"][0]
+    both = [(f"eastus-{zone}", "on-demand"), (f"eastus-{zone}", "spot")]
+    for size in ("Standard_D4pls_v6", "Standard_D8pls_v6", "Standard_D16pls_v6", "Standard_D96pls_v6"):
+        assert _unavailable(provider, size) == both, size  # only that zone, both capacity types
+    assert _unavailable(provider, "Standard_D2pls_v6") == []  # smaller sizes of the family still fit
+    provider.create(claim(name="retry", types=("Standard_D4pls_v6",)))
+    assert vm_puts(fake)[1]["zones"][0] != zone  # the retry lands in another zone

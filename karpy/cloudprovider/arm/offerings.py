@@ -11,7 +11,8 @@ OperationNotAllowed + "Family Cores quota"             the family at >= this siz
                                                                                                    else 10 min
 SkuNotAvailable                                        the size, this capacity type, every zone    spot 1 h,
                                                        of its placement scope                      else 23 h
-ZonalAllocationFailed                                  the size in this zone, both capacity types  1 h
+ZonalAllocationFailed                                  the size's family at >= its vCPUs           1 h
+                                                       in this zone, both capacity types
 AllocationFailed                                       the size in its placement scope, both       1 h
 OverconstrainedZonalAllocationRequest                  the size in this zone and capacity type     1 h
 OverconstrainedAllocationRequest                       the size, capacity type, placement scope    1 h
@@ -129,10 +130,12 @@ class Unavailable:
             for z in scope:
                 self.mark(ct, size, z, ttl)
             marks.append(f"{size} {ct} in {', '.join(scope)}")
-        elif code == "ZonalAllocationFailed":
+        elif code == "ZonalAllocationFailed":  # as upstream: the family's sizes at least as large fail there too
             for t in (CAPACITY_ON_DEMAND, CAPACITY_SPOT):
                 self.mark(t, size, zone, c.ttl)
-            marks.append(f"{size} in {zone}, both capacity types")
+                if family and vcpus:
+                    self.mark_family(family, zone, t, vcpus, c.ttl)
+            marks.append(f"{size} (and family {family} at >= {vcpus} vCPUs) in {zone}, both capacity types")
         elif code == "AllocationFailed":
             for z in scope:
                 for t in (CAPACITY_ON_DEMAND, CAPACITY_SPOT):
