@@ -327,9 +327,9 @@ def test_garbage_collection_of_unclaimed_vms_and_orphan_nics(fake, provider):
 # --- drift --------------------------------------------------------------------------------------------
 def test_image_drift_when_a_newer_version_is_published(fake, provider):
     out = provider.create(claim())
-    assert provider.is_drifted(out, NODECLASS) is None
-    fake.publish_image(CIG_UBUNTU, "2204gen2arm64containerd", "202507.01.0", "2025-07-02T00:00:00Z")
-    provider.clock.t += 301  # the image cache's 5 minutes
-    assert provider.is_drifted(out, NODECLASS) == "ImageDrift"
-    moved = {**NODECLASS, "spec": {**NODECLASS["spec"], "imageFamily": "AzureLinux"}}
-    assert provider.is_drifted(out, moved) == "ImageDrift"
+    image, ready = out["status"]["imageID"], [{"type": "ImagesReady", "status": "True"}]
+    assert provider.is_drifted(out, {**NODECLASS, "status": {"images": [{"id": image}], "conditions": ready}}) is None
+    newer = image.rsplit("/", 1)[0] + "/202507.01.0"  # the AKSNodeClass controller moved to a newer version
+    assert provider.is_drifted(out, {**NODECLASS, "status": {"images": [{"id": newer}], "conditions": ready}}) == \
+        "ImageDrift"
+    assert provider.is_drifted(out, NODECLASS) is None  # as upstream: no status images, nothing to compare with

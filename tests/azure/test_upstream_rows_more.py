@@ -13,6 +13,7 @@ from karpy.cloudprovider.arm.bootstrap import parse_custom_data
 
 from .fakearm import CIG_AZURELINUX, CIG_UBUNTU
 from .test_nodeclass import nodeclass, world  # noqa: F401 - the AKSNodeClass controller's world fixture
+from .test_machines import drift_provider, machine_env  # noqa: F401 - the machine provider's fixtures
 from .test_provider import NODECLASS, claim, provider  # noqa: F401 - the provider fixture on the fake ARM
 
 
@@ -421,3 +422,51 @@ def test_zonal_allocation_failure_blocks_the_family_at_or_above_the_size_in_that
     assert _unavailable(provider, "Standard_D2pls_v6") == []  # smaller sizes of the family still fit
     provider.create(claim(name="retry", types=("Standard_D4pls_v6",)))
     assert vm_puts(fake)[1]["zones"][0] != zone  # the retry lands in another zone
+
+
+# --- drift: images not ready, no status images, a Node being deleted (drift L153, L163, L229; machines L250) --
+def test_no_image_drift_while_the_nodeclass_images_are_not_ready(world):
+    store, ctrl, p, version, clock = world
+    ctrl.reconcile("default")
+    nc = copy.deepcopy(nodeclass(store))
+    nodeclaim = {"metadata": {"name": "a", "annotations": {}}, "status": {"imageID": nc["status"]["images"][2]["id"]}}
+    nc["status"]["images"] = [{**i, "id": i["id"].rsplit("/", 1)[0] + "/209901.01.0"} for i in nc["status"]["images"]]
+    assert p.is_drifted(nodeclaim, nc) == "ImageDrift"  # the NodeClaim's image is no longer listed
+    for c in nc["status"]["conditions"]:
+        if c["type"] == "ImagesReady":
+            c["status"], c["reason"] = "False", "KubernetesUpgrade"
+    assert p.is_drifted(nodeclaim, nc) is None
+
+
+def test_empty_status_images_are_no_image_drift(fake, provider):
+    out = provider.create(claim())
+    fake.publish_image(CIG_UBUNTU, "2204gen2arm64containerd", "202507.01.0", "2025-07-02T00:00:00Z")
+    provider.clock.t += 301  # past the image cache: a newer version of the NodeClaim's image definition exists
+    nc = {**NODECLASS, "status": {"images": [], "conditions": [{"type": "ImagesReady", "status": "True"}]}}
+    assert provider.is_drifted(out, nc) is None
+    moved = {**nc, "spec": {**NODECLASS["spec"], "imageFamily": "AzureLinux"}}
+    assert provider.is_drifted(out, moved) is None
+
+
+def test_a_node_being_deleted_is_not_kubernetes_version_drift(drifting):
+    store, p, nodeclaim = drifting
+    node = store.objs[("Node", "aks-a")]
+    node["metadata"].update(deletionTimestamp="2025-07-01T00:00:00Z", finalizers=["test/hold"])
+    assert p.is_drifted(nodeclaim, nodeclass(store)) is None
+
+
+def test_a_machines_node_being_deleted_is_not_kubernetes_version_drift(fake, drift_provider):
+    p = drift_provider
+    out = p.create(claim())
+    node = {"metadata": {"name": "aks-machines-a-vm"}, "status": {"nodeInfo": {"kubeletVersion": "v1.33.2"}}}
+    p.objects[("Node", "aks-machines-a-vm")] = node
+    nodeclaim = {**claim(), "metadata": {**claim()["metadata"], "annotations": out["metadata"]["annotations"]},
+                 "status": {"providerID": out["status"]["providerID"], "imageID": out["status"]["imageID"],
+                            "nodeName": "aks-machines-a-vm"}}
+    image = f"/CommunityGalleries/{CIG_UBUNTU}/images/2204gen2arm64containerd/versions/202506.01.0"
+    nc = {**NODECLASS, "status": {"kubernetesVersion": "1.34.0", "images": [{"id": image}],
+                                  "conditions": [{"type": t, "status": "True"}
+                                                 for t in ("ImagesReady", "KubernetesVersionReady")]}}
+    assert p.is_drifted(nodeclaim, nc) == "K8sVersionDrift"
+    node["metadata"].update(deletionTimestamp="2025-07-01T00:00:00Z", finalizers=["test/hold"])
+    assert p.is_drifted(nodeclaim, nc) is None

@@ -623,8 +623,8 @@ class AzureVMProvider:
         """Upstream's checks in upstream's order: NodeClassDrift (the hash, when both carry karpy's hash
         version), K8sVersionDrift (the Node's kubelet version is not the AKSNodeClass's
         ``status.kubernetesVersion``), KubeletIdentityDrift (the Node's kubelet identity label is not
-        KUBELET_IDENTITY_CLIENT_ID), ImageDrift (the VM's image is not among ``status.images``; without
-        status images: not the newest version of its image definition, or of another family)."""
+        KUBELET_IDENTITY_CLIENT_ID), ImageDrift (the VM's image is not among ``status.images``; nothing while
+        ImagesReady is not True or ``status.images`` is empty). A Node being deleted is not checked."""
         from ...disruption.drift import nodeclass_hash
 
         if nodeclass is None:
@@ -637,6 +637,8 @@ class AzureVMProvider:
         ncstatus = nodeclass.get("status") or {}
         node_name = (nodeclaim.get("status") or {}).get("nodeName") or ""
         node = self.lookup("Node", node_name) if node_name else None
+        if node is not None and (node.get("metadata") or {}).get("deletionTimestamp"):
+            node = None  # as upstream: a Node being deleted is not checked for drift
         want = ncstatus.get("kubernetesVersion") or ""
         k8s_ready = any(c.get("type") == "KubernetesVersionReady" and c.get("status") == "True"
                         for c in ncstatus.get("conditions") or ())
@@ -651,22 +653,12 @@ class AzureVMProvider:
         image = (nodeclaim.get("status") or {}).get("imageID") or ""
         if not image:
             return None
+        if not all(c.get("status") == "True" for c in ncstatus.get("conditions") or () if c.get("type") == "ImagesReady"):
+            return None  # as upstream: no image drift decision while the AKSNodeClass's images are not ready
         images = {i.get("id", "").lower() for i in ncstatus.get("images") or ()}
-        if images:
-            return "ImageDrift" if image.lower() not in images else None
-        m = re.match(r"(?i)^/CommunityGalleries/([^/]+)/images/([^/]+)/versions/[^/]+$", image)
-        if m is None:
-            return None
-        family = (nodeclass.get("spec") or {}).get("imageFamily") or "Ubuntu"
-        gallery, defs = image_definitions(family, self._k8s_minor(nodeclass))
-        if m.group(1) != gallery or m.group(2) not in defs.values():
-            return "ImageDrift"  # the image family (or its Kubernetes-version default) changed
-        try:
-            latest = self._latest_image(gallery, m.group(2))
-        except Exception as e:  # noqa: BLE001 - unknown is not drift
-            self._error("failed resolving image", image=m.group(2), error=error_message(e))
-            return None
-        return "ImageDrift" if latest.lower() != image.lower() else None
+        if not images:
+            return None  # as upstream: without status images there is nothing to compare with (upstream errors)
+        return "ImageDrift" if image.lower() not in images else None
 
     # --- interruption -----------------------------------------------------------------------------
     def subscribe_interruptions(self, callback: Callable[[], None]) -> None:
