@@ -470,3 +470,38 @@ def test_a_machines_node_being_deleted_is_not_kubernetes_version_drift(fake, dri
     assert p.is_drifted(nodeclaim, nc) == "K8sVersionDrift"
     node["metadata"].update(deletionTimestamp="2025-07-01T00:00:00Z", finalizers=["test/hold"])
     assert p.is_drifted(nodeclaim, nc) is None
+
+
+# --- create() honours every requirement on the sizes' labels; ephemeral max size (L1100, L1112) ------------------
+def _sizes_without_ephemeral_disk(provider) -> list[str]:
+    return [it.name for it in provider.get_instance_types({}, NODECLASS)
+            if "karpenter.azure.com/sku-storage-ephemeralos-maxsize" not in it.labels]
+
+
+def test_create_launches_only_sizes_meeting_the_nodeclaims_label_requirements(fake, provider):
+    types = provider.get_instance_types({}, NODECLASS)
+    with_disk = sorted(it.name for it in types if int(it.labels.get(
+        "karpenter.azure.com/sku-storage-ephemeralos-maxsize", "0")) > 0)
+    without = _sizes_without_ephemeral_disk(provider)
+    assert with_disk and without
+    provider.nodeclass["obj"] = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
+                                 "spec": {"imageFamily": "Ubuntu2204", "osDiskSizeGB": 30}}
+    c = claim(types=tuple(sorted({*with_disk, *without})))
+    c["spec"]["requirements"].append({"key": "karpenter.azure.com/sku-storage-ephemeralos-maxsize",
+                                      "operator": "Gt", "values": ["0"]})
+    provider.create(c)
+    (vm,) = vm_puts(fake)
+    assert vm["properties"]["hardwareProfile"]["vmSize"] in with_disk
+    os_disk = vm["properties"]["storageProfile"]["osDisk"]
+    assert os_disk["diskSizeGB"] == 30 and os_disk["diffDiskSettings"]["option"] == "Local"
+
+
+def test_create_refuses_when_no_size_meets_the_label_requirements(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    c = claim()
+    c["spec"]["requirements"].append({"key": "karpenter.azure.com/sku-storage-ephemeralos-maxsize",
+                                      "operator": "Gt", "values": ["100000"]})
+    with pytest.raises(InsufficientCapacityError):
+        provider.create(c)
+    assert vm_puts(fake) == []

@@ -52,6 +52,7 @@ from .skus import InstanceTypes, cluster_label
 TAG_CLUSTER = "karpenter.azure.com_cluster"
 TAG_NODEPOOL = "karpenter.sh_nodepool"
 TAG_BILLING = "compute.aks.billing"
+_SKU_LABEL_PREFIX = "karpenter.azure.com/sku-"  # a size without one of these labels lacks the feature
 NODE_SUBNET_MAX_PODS = 30  # upstream's default max pods for Azure CNI without overlay
 NODECLASS_HASH_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash"
 NODECLASS_HASH_VERSION_ANNOTATION = "karpenter.azure.com/aksnodeclass-hash-version"
@@ -269,8 +270,12 @@ class AzureVMProvider:
         if nc is None:
             raise InsufficientCapacityError(f'resolving node class from nodeclaim, AKSNodeClass "{ref.get("name", "")}" not found')
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
-        allowed = reqs.get(LABEL_INSTANCE_TYPE)
-        return nc, reqs, [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
+        # as upstream's launch: every requirement on a label the size carries must allow the size's value
+        # (instance type, architecture, SKU family, ephemeral OS disk size, ...); zone and capacity type are offerings'
+        keys = [k for k in reqs.keys() if k not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)]
+        return nc, reqs, [it for it in self.get_instance_types({}, nc) if reqs.get(LABEL_INSTANCE_TYPE).has(it.name)
+                          and all(reqs.get(k).has(it.labels[k]) if k in it.labels else
+                                  not k.startswith(_SKU_LABEL_PREFIX) or reqs.get(k).allows_absent() for k in keys)]
 
     def cheapest_launch(self, reqs: Requirements, types: list[InstanceType]) -> tuple[InstanceType, Offering]:
         """The offering to launch: the first of the launch candidates not marked unavailable."""
