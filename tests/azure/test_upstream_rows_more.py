@@ -505,3 +505,15 @@ def test_create_refuses_when_no_size_meets_the_label_requirements(fake, provider
     with pytest.raises(InsufficientCapacityError):
         provider.create(c)
     assert vm_puts(fake) == []
+
+
+# --- AllocationFailed without a regional placement (L503) -------------------------------------------------------
+def test_allocation_failure_of_a_zonal_only_size_blocks_it_with_no_second_attempt(fake, provider):
+    from karpy.cloudprovider.provider import InsufficientCapacityError
+
+    fake.fail("vm.put", "AllocationFailed", "Allocation failed", times=1)
+    with pytest.raises(InsufficientCapacityError, match="AllocationFailed"):
+        provider.create(claim(types=("Standard_D2pls_v6",)))
+    with pytest.raises(InsufficientCapacityError):  # every zone of its placement scope blocked, no regional offering
+        provider.create(claim(name="retry", types=("Standard_D2pls_v6",)))
+    assert len(vm_puts(fake)) == 1
