@@ -214,7 +214,7 @@ class AKSMachineProvider(AzureVMProvider):
 
     def __init__(self, clients: Any, settings: Any, *args: Any, api: Any = None, **kw: Any):
         super().__init__(clients, settings, *args, **kw)
-        self.api = api if api is not None else MachineAPI(clients.arm, settings, self.poll_interval)
+        self.machine_api = api if api is not None else MachineAPI(clients.arm, settings, self.poll_interval)
         self.pool_name = settings.aks_machines_pool_name
         self.machines_pending: dict[str, Any] = {}
         self.machines_deleting: set[str] = set()
@@ -231,7 +231,7 @@ class AKSMachineProvider(AzureVMProvider):
         labels = self._labels(nodeclaim, reqs, it, o)
         body = self.machine_body(nodeclaim, reqs, it, o, nc)
         try:
-            poller = self.api.begin_create(name, body)
+            poller = self.machine_api.begin_create(name, body)
         except Exception as e:  # noqa: BLE001 - refused at once: mark, clean up, report
             raise self._refused(e, claim, name, it, o) from None
         got = self._get_machine(name)  # once: the VM's ID, and a failure AKS already reports
@@ -311,7 +311,7 @@ class AKSMachineProvider(AzureVMProvider):
 
     def _get_machine(self, name: str) -> dict | None:
         try:
-            m = self.api.get(name)
+            m = self.machine_api.get(name)
         except Exception as e:  # noqa: BLE001
             if is_not_found(e):
                 return None
@@ -360,7 +360,7 @@ class AKSMachineProvider(AzureVMProvider):
         from ...resources import format_resource_list
 
         props = m.get("properties") or {}
-        ann = {PRICE_ANNOTATION: f"{o.price:.4f}", MACHINE_ANNOTATION: m.get("id") or f"{self.api.base}/machines/"
+        ann = {PRICE_ANNOTATION: f"{o.price:.4f}", MACHINE_ANNOTATION: m.get("id") or f"{self.machine_api.base}/machines/"
                f"{machine_name(nodeclaim['metadata']['name'])}"}
         if nc is not None:
             ann[NODECLASS_HASH_ANNOTATION] = nodeclass_hash(nc)
@@ -425,7 +425,7 @@ class AKSMachineProvider(AzureVMProvider):
 
     def _delete_machine_now(self, name: str) -> None:
         try:
-            self.api.begin_delete([name]).result()
+            self.machine_api.begin_delete([name]).result()
         except Exception as e:  # noqa: BLE001 - gone already, or garbage collection finds it
             if not is_not_found(e):
                 self._error("failed deleting AKS machine", aksMachineName=name, error=error_message(e))
@@ -464,7 +464,7 @@ class AKSMachineProvider(AzureVMProvider):
         return self._as_machine_claim(m)
 
     def list(self) -> list[dict]:
-        return [self._as_machine_claim(m) for m in self.api.list()] + super().list()
+        return [self._as_machine_claim(m) for m in self.machine_api.list()] + super().list()
 
     def delete(self, nodeclaim: dict) -> None:
         rid = ((nodeclaim.get("metadata") or {}).get("annotations") or {}).get(MACHINE_ANNOTATION)
@@ -485,7 +485,7 @@ class AKSMachineProvider(AzureVMProvider):
 
     def _delete_machine(self, name: str) -> None:
         try:
-            self.api.begin_delete([name]).result()
+            self.machine_api.begin_delete([name]).result()
             self._info("deleted AKS machine", aksMachineName=name)
         except Exception as e:  # noqa: BLE001 - the engine calls delete again
             if not is_not_found(e):
