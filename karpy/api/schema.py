@@ -644,10 +644,16 @@ def _walk_array(v: list, n: Node, path: str, ctx: Ctx) -> None:
                 _type_error(x, item, index(path, i), ctx)
                 continue
             v[i] = walk_interpreted(x, item, index(path, i), ctx)
+    _check_array(v, n, path, ctx, ctx.crd)
+
+
+def _check_array(v: list, n: Node, path: str, ctx: Ctx, crd: bool) -> None:
+    """An array's own bounds and uniqueness (maxItems, minItems, x-kubernetes-list-type set or map), after its items:
+    one definition for the interpreter and the compiled validators."""
     if n.max_items is not None and len(v) > n.max_items:
         ctx.err(path, too_many(len(v), n.max_items))
     if n.min_items is not None and len(v) < n.min_items:
-        if ctx.crd:
+        if crd:
             ctx.err(path, f"Invalid value: {len(v)}: {path} in body should have at least {n.min_items} items")
         else:
             ctx.err(path, required(f"must have at least {n.min_items} item{'s' if n.min_items != 1 else ''}"))
@@ -1032,7 +1038,7 @@ def _array_body(n: Node, crd: bool, made: dict[int, _Validator]) -> Callable[[li
     item = n.item
     fn = _child_validator(item, crd, made) if item is not None else None
     visit = item is not None and (fn is not None or item.type != "any")
-    max_items, min_items, list_type, map_keys = n.max_items, n.min_items, n.list_type, n.map_keys
+    checks_array = n.max_items is not None or n.min_items is not None or n.list_type in ("set", "map")
 
     def walk_array(v: list, path: str, ctx: Ctx) -> None:
         if visit:
@@ -1041,29 +1047,8 @@ def _array_body(n: Node, crd: bool, made: dict[int, _Validator]) -> Callable[[li
                     _type_error(x, item, f"{path}[{i}]", ctx)  # type: ignore[arg-type]
                 elif fn is not None:
                     v[i] = fn(x, f"{path}[{i}]", ctx)
-        if max_items is not None and len(v) > max_items:
-            ctx.err(path, too_many(len(v), max_items))
-        if min_items is not None and len(v) < min_items:
-            if crd:
-                ctx.err(path, f"Invalid value: {len(v)}: {path} in body should have at least {min_items} items")
-            else:
-                ctx.err(path, required(f"must have at least {min_items} item{'s' if min_items != 1 else ''}"))
-        if list_type == "set":
-            seen: set = set()
-            for i, x in enumerate(v):
-                key = json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else (type(x).__name__, x)
-                if key in seen:
-                    ctx.err(index(path, i), duplicate(x))
-                seen.add(key)
-        elif list_type == "map" and map_keys:
-            seen_keys: set = set()
-            for i, x in enumerate(v):
-                if not isinstance(x, dict):
-                    continue
-                key = tuple(json.dumps(x.get(k), sort_keys=True) for k in map_keys)
-                if key in seen_keys:
-                    ctx.err(index(path, i), duplicate({k: x.get(k) for k in map_keys}))
-                seen_keys.add(key)
+        if checks_array:
+            _check_array(v, n, path, ctx, crd)
 
     return walk_array
 
