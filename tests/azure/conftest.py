@@ -46,6 +46,32 @@ def env(fake, tmp_path, monkeypatch):
     return e
 
 
+class NodeClaims:
+    """The manager's cache as the garbage collector reads it: these NodeClaims, nothing else."""
+
+    def __init__(self, claims=()):
+        self.claims = list(claims)
+
+    def list(self, kind):
+        return self.claims if kind == "NodeClaim" else []
+
+
+class QuietLog:
+    def info(self, *a, **k):
+        pass
+
+    error = info
+
+
+def gc_keeping(provider, *kept: dict):
+    """karpy's Azure garbage collector over ``provider``, with only ``kept`` (launched NodeClaims) claimed."""
+    from karpy.cloudprovider.arm.controllers import GarbageCollector
+
+    claims = [{"metadata": {"name": c["metadata"]["name"]}, "status": {"providerID": c["status"]["providerID"]}}
+              for c in kept]
+    return GarbageCollector(NodeClaims(claims), None, provider, QuietLog(), now=provider.clock)
+
+
 class Clock:
     """A clock the tests move: ``clock()`` and ``clock.now()`` are ``clock.t``."""
 

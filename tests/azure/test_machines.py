@@ -20,7 +20,7 @@ from karpy.cloudprovider.arm.provider import LaunchError
 from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClaimNotFoundError
 from karpy.controller.settings import SettingsError, resolve
 
-from .conftest import Clock
+from .conftest import Clock, gc_keeping
 from .fakearm import CIG_UBUNTU, NODE_RG, SUBSCRIPTION
 
 NODECLASS = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
@@ -351,23 +351,9 @@ def test_machine_drift_rows(fake, drift_provider, change, expect):
 
 
 def test_garbage_collection_of_unclaimed_machines(fake, provider):
-    from karpy.cloudprovider.arm.controllers import GarbageCollector
-
-    class Mgr:
-        claims: list = []
-
-        def list(self, kind):
-            return self.claims if kind == "NodeClaim" else []
-
-    class Log:
-        def info(self, *a, **k):
-            pass
-        error = info
-
     kept = provider.create(claim(name="kept-00001"))
     provider.create(claim(name="orphan-00001"))
-    Mgr.claims = [{"metadata": {"name": "kept-00001"}, "status": {"providerID": kept["status"]["providerID"]}}]
-    gc = GarbageCollector(Mgr(), None, provider, Log(), now=provider.clock)
+    gc = gc_keeping(provider, kept)
     wait(lambda: not provider.machines_pending)
     assert gc.collect() == []  # machines younger than 5 minutes are kept
     provider.clock.t += 400

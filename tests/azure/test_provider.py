@@ -8,13 +8,12 @@ import pytest
 
 from karpy.cloudprovider.arm.bootstrap import parse_custom_data
 from karpy.cloudprovider.arm.clients import make_clients
-from karpy.cloudprovider.arm.controllers import GarbageCollector
 from karpy.cloudprovider.arm.offerings import HOUR, LOW_QUOTA_TTL, SKU_NOT_AVAILABLE_ON_DEMAND_TTL
 from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
 from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClaimNotFoundError
 from karpy.controller.settings import SettingsError, resolve
 
-from .conftest import IDENTITY, SSH, SUBNET, TOKEN, make_provider
+from .conftest import IDENTITY, SSH, SUBNET, TOKEN, gc_keeping, make_provider
 from .fakearm import CIG_UBUNTU, NODE_RG, SUBSCRIPTION
 
 NODECLASS = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
@@ -299,23 +298,11 @@ def test_list_pages_through_resource_graph(fake, provider):
 
 
 def test_garbage_collection_of_unclaimed_vms_and_orphan_nics(fake, provider):
-    class Mgr:
-        claims: list = []
-
-        def list(self, kind):
-            return self.claims if kind == "NodeClaim" else []
-
-    class Log:
-        def info(self, *a, **k):
-            pass
-        error = info
-
     kept = provider.create(claim(name="kept"))
     provider.create(claim(name="orphan"))
     fake.nics["aks-lost"] = {**{k: v for k, v in fake.nics["aks-kept"].items() if k != "_vm"}, "name": "aks-lost",
                              "id": fake.nics["aks-kept"]["id"].replace("kept", "lost")}  # a NIC whose VM never came
-    Mgr.claims = [{"metadata": {"name": "kept"}, "status": {"providerID": kept["status"]["providerID"]}}]
-    gc = GarbageCollector(Mgr(), None, provider, Log(), now=provider.clock)
+    gc = gc_keeping(provider, kept)
     wait(lambda: not provider.pending)
     assert gc.collect() == ["aks-lost"]  # VMs younger than 5 minutes are kept (Resource Graph lags)
     provider.clock.t += 400

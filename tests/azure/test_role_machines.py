@@ -10,8 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from karpy.cloudprovider.arm.controllers import GarbageCollector
-
+from .conftest import gc_keeping
 from .test_machines import claim, machine_env, provider, wait  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,20 +30,6 @@ MACHINE_ROUTES = [
 MACHINE_POLLING = {"Microsoft.ContainerService/locations/operations/read"}
 
 
-class _Claims:
-    claims: list = []
-
-    def list(self, kind):
-        return self.claims if kind == "NodeClaim" else []
-
-
-class _Log:
-    def info(self, *a, **k):
-        pass
-
-    error = info
-
-
 def test_the_machine_role_is_the_vm_role_plus_exactly_the_machine_actions():
     extra = set(ROLE["Actions"]) - set(VM_ROLE["Actions"])
     assert extra == {a for _, _, a in MACHINE_ROUTES} | MACHINE_POLLING
@@ -57,9 +42,8 @@ def test_a_run_of_every_machine_call_path_sends_only_requests_the_role_allows(fa
     provider.create(claim(name="orphan-00001"))
     wait(lambda: not provider.machines_pending)
     provider.get(kept["status"]["providerID"])
-    _Claims.claims = [{"metadata": {"name": "kept-00001"}, "status": {"providerID": kept["status"]["providerID"]}}]
     provider.clock.t += 400  # past the garbage collector's grace period
-    assert GarbageCollector(_Claims(), None, provider, _Log(), now=provider.clock).collect()
+    assert gc_keeping(provider, kept).collect()
     wait(lambda: set(fake.machines) == {"kept-00001"})
     machine_actions = set()
     for r in fake.requests:
