@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kube.registry import BY_KIND, NODECLASS_KINDS
 from ..runtime.events import Recorder
 from ..runtime.log import Logger
 from ..runtime.manager import Manager
@@ -35,6 +36,7 @@ class Settings:
     min_values_policy: str = "Strict"
     cluster_name: str = "karpy"
     preference_policy: str = "Respect"  # Ignore: the scheduler leaves every scheduling preference out
+    ignore_dra_requests: bool = True  # upstream's IgnoreDRARequests: pods asking for devices are not scheduled
 
     @property
     def min_values_best_effort(self) -> bool:
@@ -61,3 +63,17 @@ class Env:
 
     def now(self) -> float:
         return self.clock.now()
+
+    def manages(self, claim: dict | None) -> bool:
+        """Whether this Karpenter manages the NodeClaim (upstream's ``nodeclaimutils.IsManaged``): its
+        ``nodeClassRef`` names a NodeClass group and kind the cloud provider supports. A NodeClaim of another
+        Karpenter (another provider's NodeClass) is left alone by expiration, drift and consolidation."""
+        ref = ((claim or {}).get("spec") or {}).get("nodeClassRef") or {}
+        return (str(ref.get("group") or ""), str(ref.get("kind") or "")) in supported_node_classes(self.cloud)
+
+
+def supported_node_classes(cloud: Any) -> frozenset[tuple[str, str]]:
+    """The (group, kind) of every NodeClass the cloud provider launches from (upstream's
+    ``GetSupportedNodeClasses``): the provider's ``node_class_kinds`` when it names them, else all of karpy's."""
+    kinds = getattr(cloud, "node_class_kinds", None) or NODECLASS_KINDS
+    return frozenset((BY_KIND[k].group, k) for k in kinds)

@@ -27,8 +27,8 @@ class Expiration:
     def reconcile(self, name: str) -> float | None:
         env = self.env
         claim = env.mgr.get("NodeClaim", name)
-        if claim is None or deleting(claim):
-            return None
+        if claim is None or deleting(claim) or not env.manages(claim):
+            return None  # (a NodeClaim of another Karpenter's NodeClass is its business)
         after = (claim.get("spec") or {}).get("expireAfter")
         if after in (None, "Never"):
             return None

@@ -26,6 +26,8 @@ from .env import Env
 from .lifecycle import clear_condition, set_condition
 
 POD_EVENT_DEDUPE = 10.0
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+INSTANCE_TYPE_CHECK_AFTER = 3600.0  # upstream checks a NodeClaim's instance type only once it is an hour old
 
 
 class NodeClaimDisruption:
@@ -69,8 +71,8 @@ class NodeClaimDisruption:
     def reconcile(self, name: str) -> float | None:
         env = self.env
         claim = env.mgr.get("NodeClaim", name)
-        if claim is None or deleting(claim) or not is_true(claim, "Launched"):
-            return None
+        if claim is None or deleting(claim) or not is_true(claim, "Launched") or not env.manages(claim):
+            return None  # (a NodeClaim of another Karpenter's NodeClass keeps its conditions as they are)
         labels = claim["metadata"].get("labels") or {}
         np = env.cluster.nodepools.get(labels.get("karpenter.sh/nodepool", ""))
         if np is None:
@@ -80,6 +82,11 @@ class NodeClaimDisruption:
         # drift
         nodeclass, _ = env.cluster.nodeclass_for(np)
         reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels, memo=True)
+        if reason in (None, "NodeClassDrift") and not labels.get(LABEL_INSTANCE_TYPE) and \
+                now - (parse_time(claim["metadata"].get("creationTimestamp")) or now) > INSTANCE_TYPE_CHECK_AFTER:
+            # upstream's InstanceTypeNotFound drift, checked before the cloud's own: a NodeClaim over an hour old
+            # whose instance type label is gone cannot be matched to any instance type
+            reason = "InstanceTypeNotFound"
         if reason is None and nodeclass is not None:
             reason = env.cloud.is_drifted(claim, nodeclass)
         was = condition(claim, "Drifted")
