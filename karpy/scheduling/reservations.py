@@ -27,6 +27,10 @@ from .requirements import Requirements
 RESERVED_OFFERING_ERROR = "reserved offering error"
 
 
+class ReservationError(RuntimeError):
+    """The scheduler asked for a reservation the solve does not know, or for more instances than it has left."""
+
+
 class _Refused:
     """Why offerings_to_reserve refused (strict mode)."""
 
@@ -55,24 +59,47 @@ class ReservationManager:
                 self.capacity[rid] = left
         self.held: dict[str, set[str]] = {}
 
+    def _left(self, rid: str) -> int:
+        left = self.capacity.get(rid)
+        if left is None:  # only offerings the manager was built from can be reserved: a scheduler bug otherwise
+            raise ReservationError(f"reservation {rid!r} is not one of this solve's reserved offerings")
+        return left
+
     def can_reserve(self, hostname: str, rid: str) -> bool:
-        return rid in self.held.get(hostname, ()) or self.capacity.get(rid, 0) > 0
+        """Whether the NodeClaim ``hostname`` holds ``rid`` already or ``rid`` has an instance left."""
+        return rid in self.held.get(hostname, ()) or self._left(rid) > 0
+
+    def has_reservation(self, hostname: str, rid: str) -> bool:
+        return rid in self.held.get(hostname, ())
+
+    def remaining_capacity(self, rid: str) -> int:
+        return self.capacity.get(rid, 0)
 
     def reserve(self, hostname: str, rids: Iterable[str]) -> None:
+        """Hold one instance of each of ``rids`` for the NodeClaim ``hostname`` (idempotent per ID)."""
         held = self.held.setdefault(hostname, set())
         for rid in rids:
             if rid in held:
                 continue
-            self.capacity[rid] = self.capacity.get(rid, 0) - 1
+            if self._left(rid) <= 0:  # callers check can_reserve first: a scheduler bug otherwise
+                raise ReservationError(f"reservation {rid!r} has no instance left to hold for {hostname}")
+            self.capacity[rid] -= 1
             held.add(rid)
+
+    def release(self, hostname: str, rids: Iterable[str]) -> None:
+        """Give back the instances ``hostname`` holds of ``rids``; IDs it does not hold are ignored."""
+        held = self.held.get(hostname)
+        if not held:
+            return
+        for rid in rids:
+            if rid in held:
+                held.discard(rid)
+                self.capacity[rid] += 1
 
     def hold_only(self, hostname: str, rids: set[str]) -> None:
         """The NodeClaim now holds exactly ``rids``: reserve the new ones, give back the others."""
         self.reserve(hostname, rids)
-        held = self.held.get(hostname, set())
-        for rid in list(held - rids):
-            held.discard(rid)
-            self.capacity[rid] = self.capacity.get(rid, 0) + 1
+        self.release(hostname, self.held.get(hostname, set()) - rids)
 
 
 def offerings_to_reserve(rm: ReservationManager, hostname: str, holding: set[str] | None, req: Requirements,

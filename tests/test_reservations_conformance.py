@@ -1,0 +1,176 @@
+"""Capacity reservations as upstream Karpenter v1.14 counts and disrupts them.
+
+* the scheduler's reservation bookkeeping (upstream ``provisioning/scheduling/reservationmanager_test.go``): three
+  reserved offerings with 3, 2 and 1 instances left; NodeClaims (by hostname) hold instances of them, give them
+  back, and may never hold more than a reservation has;
+* consolidation into reserved capacity (upstream ``disruption/consolidation_test.go`` "Reserved Capacity"): a node
+  on on-demand or spot capacity, or in an expensive reservation, is replaced by a node in a reservation that is
+  (nearly) free, of the same instance type or a cheaper one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from karpy.cli import main
+from karpy.cloudprovider.types import CAPACITY_RESERVED, Offering
+from karpy.scheduling.reservations import ReservationError, ReservationManager
+
+# --- the reservation manager ---------------------------------------------------------------------------------------
+
+THREE = Offering("test-zone-1", CAPACITY_RESERVED, 0.0, reservation_id="small-reserved", reservation_capacity=3)
+TWO = Offering("test-zone-2", CAPACITY_RESERVED, 0.0, reservation_id="medium-reserved", reservation_capacity=2)
+ONE = Offering("test-zone-3", CAPACITY_RESERVED, 0.0, reservation_id="large-reserved", reservation_capacity=1)
+UNKNOWN = Offering("test-zone-1", CAPACITY_RESERVED, 0.0, reservation_id="i-dont-exist", reservation_capacity=1)
+
+
+@pytest.fixture
+def rm() -> ReservationManager:
+    return ReservationManager([THREE, TWO, ONE])
+
+
+def ids(*offerings: Offering) -> list[str]:
+    return [o.reservation_id for o in offerings]
+
+
+class TestCanReserve:
+    def test_true_when_capacity_is_available(self, rm):
+        assert rm.can_reserve("hostname-1", ONE.reservation_id)
+
+    def test_true_when_the_hostname_already_holds_the_reservation(self, rm):
+        rm.reserve("hostname-1", ids(ONE))
+        assert rm.can_reserve("hostname-1", ONE.reservation_id)
+
+    def test_false_when_capacity_is_exhausted(self, rm):
+        for i in range(ONE.reservation_capacity):
+            rm.reserve(f"hostname-{i}", ids(ONE))
+        assert not rm.can_reserve("hostname-new", ONE.reservation_id)
+
+    def test_true_for_the_holding_hostname_even_when_capacity_is_exhausted(self, rm):
+        rm.reserve("hostname-1", ids(ONE))
+        assert rm.remaining_capacity(ONE.reservation_id) == 0
+        assert rm.can_reserve("hostname-1", ONE.reservation_id)
+        assert not rm.can_reserve("hostname-2", ONE.reservation_id)
+
+    def test_an_unknown_reservation_id_is_an_error(self, rm):
+        with pytest.raises(ReservationError, match="i-dont-exist"):
+            rm.can_reserve("hostname-1", UNKNOWN.reservation_id)
+
+
+class TestReserve:
+    def test_reserving_holds_the_reservation(self, rm):
+        rm.reserve("hostname-1", ids(THREE))
+        assert rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert not rm.has_reservation("hostname-2", THREE.reservation_id)
+
+    def test_reserving_twice_for_one_hostname_takes_one_instance(self, rm):
+        rm.reserve("hostname-1", ids(TWO))
+        rm.reserve("hostname-1", ids(TWO))
+        assert rm.can_reserve("hostname-2", TWO.reservation_id)
+        assert rm.remaining_capacity(TWO.reservation_id) == 1
+
+    def test_each_hostname_takes_one_instance(self, rm):
+        for h in ("hostname-1", "hostname-2", "hostname-3"):
+            rm.reserve(h, ids(THREE))
+        assert not rm.can_reserve("hostname-4", THREE.reservation_id)
+
+    def test_several_reservations_in_one_call(self, rm):
+        rm.reserve("hostname-1", ids(THREE, TWO))
+        assert rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert rm.has_reservation("hostname-1", TWO.reservation_id)
+
+    def test_new_and_already_held_reservations_in_one_call(self, rm):
+        rm.reserve("hostname-1", ids(TWO))
+        rm.reserve("hostname-1", ids(TWO, ONE))
+        assert rm.has_reservation("hostname-1", TWO.reservation_id)
+        assert rm.has_reservation("hostname-1", ONE.reservation_id)
+        # TWO was taken once
+        assert rm.can_reserve("hostname-2", TWO.reservation_id)
+        assert rm.remaining_capacity(TWO.reservation_id) == 1
+
+    def test_over_reserving_is_an_error(self, rm):
+        for i in range(THREE.reservation_capacity):
+            rm.reserve(f"hostname-{i}", ids(THREE))
+        with pytest.raises(ReservationError, match="small-reserved"):
+            rm.reserve("hostname-new", ids(THREE))
+        assert rm.remaining_capacity(THREE.reservation_id) == 0
+        assert not rm.has_reservation("hostname-new", THREE.reservation_id)
+
+    def test_reserving_an_unknown_reservation_id_is_an_error(self, rm):
+        with pytest.raises(ReservationError, match="i-dont-exist"):
+            rm.reserve("hostname-1", ids(UNKNOWN))
+
+
+class TestRelease:
+    def test_release_gives_the_reservation_back(self, rm):
+        rm.reserve("hostname-1", ids(THREE))
+        rm.release("hostname-1", ids(THREE))
+        assert not rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert rm.remaining_capacity(THREE.reservation_id) == 3
+
+    def test_releasing_what_is_not_held_changes_nothing(self, rm):
+        rm.release("hostname-1", ids(THREE))
+        assert rm.remaining_capacity(THREE.reservation_id) == 3
+        assert not rm.has_reservation("hostname-1", THREE.reservation_id)
+
+    def test_releasing_from_another_hostname_changes_nothing(self, rm):
+        rm.reserve("hostname-1", ids(THREE))
+        rm.release("hostname-2", ids(THREE))
+        assert rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert rm.remaining_capacity(THREE.reservation_id) == 2
+
+    def test_several_reservations_released_in_one_call(self, rm):
+        rm.reserve("hostname-1", ids(THREE, TWO))
+        rm.release("hostname-1", ids(THREE, TWO))
+        assert not rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert not rm.has_reservation("hostname-1", TWO.reservation_id)
+        assert (rm.remaining_capacity(THREE.reservation_id), rm.remaining_capacity(TWO.reservation_id)) == (3, 2)
+
+    def test_a_partial_release_keeps_the_rest(self, rm):
+        rm.reserve("hostname-1", ids(THREE, TWO))
+        rm.release("hostname-1", ids(THREE))
+        assert not rm.has_reservation("hostname-1", THREE.reservation_id)
+        assert rm.has_reservation("hostname-1", TWO.reservation_id)
+
+    def test_release_restores_capacity(self, rm):
+        for h in ("hostname-1", "hostname-2", "hostname-3"):
+            rm.reserve(h, ids(THREE))
+        assert rm.remaining_capacity(THREE.reservation_id) == 0
+        rm.release("hostname-1", ids(THREE))
+        assert rm.remaining_capacity(THREE.reservation_id) == 1
+        assert rm.can_reserve("hostname-4", THREE.reservation_id)
+
+    def test_capacity_after_reserve_release_reserve(self, rm):
+        rm.reserve("hostname-1", ids(THREE))
+        rm.release("hostname-1", ids(THREE))
+        rm.reserve("hostname-2", ids(THREE))
+        assert rm.remaining_capacity(THREE.reservation_id) == 2
+
+
+class TestIntegration:
+    def test_several_hostnames_with_several_reservations(self, rm):
+        rm.reserve("host-1", ids(TWO, THREE))
+        rm.reserve("host-2", ids(TWO, ONE))
+        rm.reserve("host-3", ids(THREE))
+        held = {(h, r) for h in ("host-1", "host-2", "host-3") for r in ids(THREE, TWO, ONE) if rm.has_reservation(h, r)}
+        assert held == {("host-1", "small-reserved"), ("host-1", "medium-reserved"), ("host-2", "medium-reserved"),
+                        ("host-2", "large-reserved"), ("host-3", "small-reserved")}
+        assert [rm.remaining_capacity(r) for r in ids(TWO, THREE, ONE)] == [0, 1, 0]
+
+    def test_mixed_reserves_and_releases_stay_consistent(self, rm):
+        rm.reserve("host-1", ids(TWO, THREE))
+        rm.reserve("host-2", ids(THREE, ONE))
+        rm.release("host-1", ids(TWO))
+        rm.reserve("host-3", ids(TWO))
+        rm.release("host-2", ids(ONE))
+        assert not rm.has_reservation("host-1", TWO.reservation_id)
+        assert rm.has_reservation("host-1", THREE.reservation_id)
+        assert rm.has_reservation("host-2", THREE.reservation_id)
+        assert not rm.has_reservation("host-2", ONE.reservation_id)
+        assert rm.has_reservation("host-3", TWO.reservation_id)
+        # 2 total, 1 held by host-3; 3 total, 2 held; 1 total, none held after the release
+        assert [rm.remaining_capacity(r) for r in ids(TWO, THREE, ONE)] == [1, 1, 1]
