@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.harness import Harness, cond, deleting, nodepool
+from controllers.harness import Harness, cond, deleting, nodepool, pod
 
 DISRUPTION = "nodeclaim.disruption"
 EXPIRATION = "nodeclaim.expiration"
@@ -103,3 +103,91 @@ def test_a_nodeclaim_without_the_instance_type_label_drifts_once_an_hour_old(h):
     h.reconcile(DISRUPTION, name)
     drifted = cond(h.get("NodeClaim", name), "Drifted")
     assert drifted["status"] == "True" and drifted["reason"] == "InstanceTypeNotFound"
+
+
+# --- pods deleted with a grace period, and pods whose kubelet never finishes them --------------------------
+
+TERMINATION = "node.termination"
+HOLD = "example.com/hold"  # a finalizer that keeps a deleted pod terminating, as a real kubelet would while it stops
+RS_OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+
+
+def _deleting_node(h: Harness, **np_kw) -> tuple[str, str]:
+    """A NodeClaim and its Node, the NodeClaim deleted (the lifecycle controller stamped its deadline and deleted the
+    Node): (claim name, node name)."""
+    h.setup(nodepool(**np_kw))
+    c, n = h.launch_node(instance_types=[IT])
+    return c["metadata"]["name"], n["metadata"]["name"]
+
+
+def _held_pod_on(h: Harness, node: str, name: str, **kw) -> dict:
+    """A running pod on ``node`` that a finalizer keeps while it terminates."""
+    m = pod(name=name, owner=RS_OWNER, **kw)
+    m["metadata"]["finalizers"] = [HOLD]
+    return h.bind(h.create_one(m), node)
+
+
+def _start_termination(h: Harness, claim: str) -> None:
+    h.delete("NodeClaim", claim)
+    h.reconcile("nodeclaim.lifecycle", claim)
+
+
+def test_a_pod_stuck_terminating_past_its_grace_period_does_not_hold_the_node(h):
+    """node/termination/suite_test.go It("should bypass pods which are stuck terminating past their grace period"):
+    the evicted pod stays terminating (its kubelet never finishes it); the node waits, then a minute past the pod's
+    deletionTimestamp it no longer does and is deleted."""
+    claim, node = _deleting_node(h)
+    _held_pod_on(h, node, "stuck")
+    _start_termination(h, claim)
+    from karpy.controllers.termination import MIN_DRAIN_TIME
+    assert h.reconcile(TERMINATION, node) is not None  # evicts the pod, which stays terminating
+    p = h.get("Pod", "stuck", "default")
+    assert p["metadata"].get("deletionTimestamp")
+    h.tick(2 * MIN_DRAIN_TIME)
+    assert h.reconcile(TERMINATION, node) is not None
+    assert h.get("Node", node) is not None  # still waiting on the pod within its grace period
+    h.tick(90)
+    for _ in range(3):
+        h.reconcile(TERMINATION, node)
+    assert h.get("Node", node) is None
+    assert h.get("Pod", "stuck", "default") is not None  # left to whoever holds it
+
+
+def test_a_terminating_pod_past_the_nodes_deadline_is_deleted_again_with_the_time_left(h):
+    """node/termination/suite_test.go It("should update deletion timestamp for terminating pods when it is after node
+    deletion timestamp"): terminationGracePeriod 300 s; a do-not-disrupt pod already terminating with a 6000 s grace
+    period gets, 90 s into the node's termination, a new delete with the ~210 s left."""
+    from karpy.kube.times import parse_time
+
+    claim, node = _deleting_node(h, termination_grace_period="300s")
+    _held_pod_on(h, node, "slow", annotations={"karpenter.sh/do-not-disrupt": "true"},
+                 terminationGracePeriodSeconds=6000)
+    t0 = h.now()
+    h.delete("Pod", "slow", "default")
+    before = h.get("Pod", "slow", "default")["metadata"]
+    assert before["deletionGracePeriodSeconds"] == 6000
+    _start_termination(h, claim)
+    h.tick(90)
+    h.reconcile(TERMINATION, node)
+    after = h.get("Pod", "slow", "default")["metadata"]
+    assert h.get("Node", node) is not None
+    assert after["deletionGracePeriodSeconds"] == pytest.approx(210, abs=15)
+    assert parse_time(after["deletionTimestamp"]) == pytest.approx(t0 + 300, abs=15)
+
+
+def test_a_pod_deleted_past_the_nodes_deadline_gets_a_one_second_grace_period(h):
+    """node/termination/terminator/suite_test.go It("should clamp gracePeriodSeconds to >= 1 when nodeTerminationTime
+    is in the past"): the node's deadline an hour ago; the pod is deleted with 1 s of grace (not 0, which would remove
+    it from etcd at once), said in the Disrupted event, and is terminating."""
+    from karpy.controllers.lifecycle import TERMINATION_TIMESTAMP
+    from karpy.kube.times import fmt_time
+
+    claim, node = _deleting_node(h, termination_grace_period="300s")
+    _held_pod_on(h, node, "late", terminationGracePeriodSeconds=120)
+    _start_termination(h, claim)
+    h.patch("NodeClaim", claim, {"metadata": {"annotations": {TERMINATION_TIMESTAMP: fmt_time(h.now() - 3600)}}})
+    h.reconcile(TERMINATION, node)
+    (ev,) = h.events("Disrupted", involved="late")
+    assert "granted 1 seconds of grace-period" in ev["message"]
+    p = h.get("Pod", "late", "default")
+    assert p["metadata"].get("deletionTimestamp") and p["metadata"]["deletionGracePeriodSeconds"] == 1

@@ -31,6 +31,8 @@ EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 DEFAULT_POD_GRACE = 30  # seconds: the API server's default terminationGracePeriodSeconds
 DRAIN_BLOCKED_RETRY = 10.0  # between passes when every remaining pod is blocked
 CRITICAL = ("system-cluster-critical", "system-node-critical")
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+STUCK_TERMINATING_AFTER = 60.0  # seconds past its deletionTimestamp after which a terminating pod is not waited on
 
 
 class Termination:
@@ -76,6 +78,7 @@ class Termination:
             return waiting
         if claim is not None and not is_true(claim, "Drained"):
             self._set_drained(env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim, "True")
+            env.metrics.nodes_drained.labels((node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL, "")).inc()
         if pid:
             try:
                 env.cloud.delete(claim or {"status": {"providerID": pid}})
@@ -123,18 +126,23 @@ class Termination:
                 continue
             if any(t.tolerates(DISRUPTED_TAINT) for t in e.info.tolerations):
                 continue
+            if _stuck_terminating(e.obj, now):
+                continue  # its kubelet never finished it: the node does not wait on it any longer
             waiting.append(e)
         if not waiting:
             return None
         reason = _eviction_reason(claim)
+        metric_reason = "" if claim is None else reason  # upstream's label: empty when the node has no NodeClaim
+        drained, requests = env.metrics.pods_drained, env.metrics.eviction_requests
         evicted = 0
         if deadline is not None:
             # each pod is deleted early enough to get its terminationGracePeriodSeconds before the node's
             # deadline; PDBs and do-not-disrupt no longer hold it
             keep = []
             for e in waiting:
-                if now >= deadline - _pod_grace(e.obj):
-                    grace = max(0, int(deadline - now))
+                if _needs_force_delete(e.obj, deadline, now):
+                    # at least 1 s: a grace period of 0 would remove the pod from etcd before its kubelet stopped it
+                    grace = max(1, int(deadline - now))
                     env.recorder.publish(ref(e.obj), "Disrupted",
                                          f"Deleting the pod to accommodate the terminationTime {fmt_time(deadline)} of the node. "
                                          f"The pod was granted {grace} seconds of grace-period of its "
@@ -146,6 +154,7 @@ class Termination:
                                        grace_period_seconds=grace)
                     except E.NotFound:
                         pass
+                    drained.labels(metric_reason).inc()
                     evicted += 1
                 else:
                     keep.append(e)
@@ -167,25 +176,32 @@ class Termination:
                 try:
                     env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
                 except E.TooManyRequests:
+                    requests.labels("429").inc()
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f"Failed to drain node, evicting pod violates a PDB (Pod={e.key})", "Warning",
                                          dedupe=120.0)
                     continue
                 except E.InternalError as err:
+                    requests.labels("500").inc()
                     if "more than one PodDisruptionBudget" in str(err):
                         env.recorder.publish(ref(node), "FailedDraining",
                                              f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
                                              "Warning", dedupe=120.0)
                         continue
                     raise
-                except (E.NotFound, E.Conflict):
+                except (E.NotFound, E.Conflict) as err:
+                    requests.labels("404" if isinstance(err, E.NotFound) else "409").inc()
                     continue
+                requests.labels("200").inc()
+                drained.labels(metric_reason).inc()
                 env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {reason}", annotations=pod_annotations(e.obj))
                 evicted += 1
         env.mgr.pump()
         delay = DRAIN_RETRY if evicted else DRAIN_BLOCKED_RETRY
         if deadline is not None and waiting:
-            delay = min(delay, max(0.0, min(deadline - _pod_grace(e.obj) for e in waiting) - now))
+            live = [deadline - _pod_grace(e.obj) for e in waiting if not P.is_terminating(e.obj)]
+            if live:
+                delay = min(delay, max(0.0, min(live) - now))
         return max(delay, 0.001)
 
     def _remove_finalizer(self, node: dict) -> None:
@@ -195,8 +211,33 @@ class Termination:
                 "finalizers": [f for f in node["metadata"].get("finalizers") or () if f != FINALIZER]}})
         except E.NotFound:
             return None
+        labels = node["metadata"].get("labels") or {}
+        nodepool, now, m = labels.get(NODEPOOL_LABEL, ""), env.now(), env.metrics
+        m.nodes_terminated.labels(nodepool, labels.get("topology.kubernetes.io/zone", "")).inc()
+        since = parse_time(node["metadata"].get("deletionTimestamp"))
+        if since is not None:
+            m.termination_duration.labels(nodepool).observe(max(0.0, now - since))
+        born = parse_time(node["metadata"].get("creationTimestamp"))
+        if born is not None:
+            m.lifetime.labels(nodepool).observe(max(0.0, now - born))
         env.log.info("deleted node", controller=self.name, Node={"name": node["metadata"]["name"]})
         return None
+
+
+def _stuck_terminating(pod: dict, now: float) -> bool:
+    """A pod still there a minute after its deletionTimestamp (the end of its grace period)."""
+    since = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return since is not None and now - since > STUCK_TERMINATING_AFTER
+
+
+def _needs_force_delete(pod: dict, deadline: float, now: float) -> bool:
+    """Whether the pod is deleted now rather than evicted: its grace period would run past the node's deadline.
+    A pod already terminating is deleted again (with a shorter grace period) when its deletionTimestamp is later than
+    the deadline."""
+    since = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if since is not None:
+        return since > deadline
+    return now >= deadline - _pod_grace(pod)
 
 
 def _pod_grace(pod: dict) -> int:

@@ -48,7 +48,7 @@ from .patch import json_patch, merge_patch
 from .port import ADDED, DELETED, JSON_PATCH, MERGE_PATCH, MODIFIED, STRATEGIC_MERGE_PATCH, APPLY_PATCH, WatchEvent
 from .registry import BY_KIND, GENERATION_KINDS, is_namespaced
 from .selectors import parse_field_selector, parse_label_selector, selector_to_string
-from .times import fmt_time
+from .times import fmt_time, parse_time
 
 HISTORY = 20000  # watch events kept per kind for watches that resume from a resourceVersion
 # kinds written in great numbers that are nobody's owner and take no generated name of another object's:
@@ -555,6 +555,8 @@ class MemoryAPI:
             self._check_preconditions(kind, name, om, preconditions)
             ns = om.get("namespace", "") if is_namespaced(kind) else ""
             if om.get("finalizers"):
+                if kind == "Pod":
+                    return self._delete_held_pod(old, grace_period_seconds)
                 if om.get("deletionTimestamp"):
                     return old
                 nm = dict(om)
@@ -578,6 +580,22 @@ class MemoryAPI:
                 out = dict(old)
                 out["metadata"] = nm
             return self._remove(kind, ns, name, old, out, propagation)
+
+    def _delete_held_pod(self, old: dict, grace: int | None) -> dict:
+        """DELETE of a pod a finalizer holds, as kube-apiserver answers it: marked with a deletionTimestamp its grace
+        period ahead (the pod's terminationGracePeriodSeconds unless the request names one; 0 for a pod on no node or
+        finished); a later DELETE with a shorter grace period moves the deletionTimestamp earlier, never later."""
+        om = _meta(old)
+        spec, phase = old.get("spec") or {}, (old.get("status") or {}).get("phase")
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds", 30) or 0)
+        if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            grace = 0
+        now = self.clock.now()
+        current = parse_time(om.get("deletionTimestamp"))
+        if current is not None and now + grace >= current:
+            return old
+        return self._mark("Pod", old, now + grace, grace)
 
     def _remove(self, kind: str, ns: str, name: str, old: dict, last: dict, propagation: str | None = None) -> dict:
         self._objects[kind].pop((ns, name), None)
