@@ -1,0 +1,62 @@
+"""Capacity blocks on the real EC2 provider, as upstream's AWS instance-type suite ("Capacity Blocks").
+
+A capacity block in the EC2NodeClass status (type ``capacity-block``) with one instance left becomes exactly one
+``reserved`` offering of its instance type, in its zone, carrying its ID and its instance count, priced at the
+on-demand price / 10,000,000 (nearly free); while the block is ``expiring`` the offering exists but is not
+available, so nothing new launches into it. A node launched into an active block is labelled with the reservation's
+ID and type.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import claim
+
+CR_TYPE = "c6g.large"
+CR_ZONE = "us-west-2a"
+CR_ID = "cr-123"
+CR_CAPACITY = 1
+
+
+def _with_capacity_block(p, nc, state: str) -> None:
+    p.reservations = {CR_ID: CR_CAPACITY}  # the status pass's count of instances left (upstream: the provider's)
+    nc["status"]["capacityReservations"] = [{
+        "id": CR_ID, "instanceType": CR_TYPE, "availabilityZone": CR_ZONE, "ownerID": "123456789012",
+        "instanceMatchCriteria": "targeted", "reservationType": "capacity-block", "state": state}]
+
+
+@pytest.mark.parametrize("state", ["active", "expiring"])
+def test_a_capacity_block_becomes_one_reserved_offering(env, state):
+    p, nc, _, _ = env
+    _with_capacity_block(p, nc, state)
+    it = next(t for t in p.get_instance_types({}, nc) if t.name == CR_TYPE)
+    reserved = [o for o in it.offerings if o.capacity_type == "reserved"]
+    assert len(reserved) == 1, "only a single reserved offering should exist"
+    (o,) = reserved
+    assert (o.zone, o.reservation_id, o.reservation_capacity) == (CR_ZONE, CR_ID, CR_CAPACITY)
+    assert o.available is (state != "expiring")
+    od = next(x for x in it.offerings if x.capacity_type == "on-demand" and x.zone == CR_ZONE)
+    assert o.price == pytest.approx(od.price / 10_000_000)
+
+
+def test_a_node_launched_into_an_active_capacity_block_carries_its_id_and_type(env):
+    p, nc, _, _ = env
+    _with_capacity_block(p, nc, "active")
+    out = p.create(claim("nc-cb", types=(CR_TYPE,), ct="reserved"))
+    labels = out["metadata"]["labels"]
+    assert (labels["karpenter.sh/capacity-type"], labels["topology.kubernetes.io/zone"],
+            labels["karpenter.k8s.aws/capacity-reservation-id"],
+            labels["karpenter.k8s.aws/capacity-reservation-type"]) == ("reserved", CR_ZONE, CR_ID, "capacity-block")
+
+
+def test_nothing_launches_into_an_expiring_capacity_block(env):
+    p, nc, _, _ = env
+    _with_capacity_block(p, nc, "expiring")
+    c = claim("nc-cb", types=(CR_TYPE,))
+    for r in c["spec"]["requirements"]:
+        if r["key"] == "karpenter.sh/capacity-type":
+            r["values"] = ["reserved", "on-demand"]
+    labels = p.create(c)["metadata"]["labels"]
+    assert labels["karpenter.sh/capacity-type"] == "on-demand"
+    assert "karpenter.k8s.aws/capacity-reservation-id" not in labels
