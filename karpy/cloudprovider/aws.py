@@ -56,7 +56,8 @@ Registration
 Not modelled (the data lacks what they need): networkInterfaces/EFA-only
 interfaces, reserved ENIs, Windows' vpc.amazonaws.com/PrivateIPv4Address,
 aws.amazon.com/neuroncore, the nitro-sandbox / cpu-sustained-clock-speed /
-tenancy / zone-id labels, capacity reservations.
+tenancy / zone-id labels. Capacity reservations are the Scenario's (``spec.reservations``, applied by
+:mod:`karpy.cloudprovider.simulated`, labelled ``karpenter.k8s.aws/capacity-reservation-id`` as upstream).
 """
 
 from __future__ import annotations
