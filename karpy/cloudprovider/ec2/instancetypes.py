@@ -28,19 +28,62 @@ REFRESH = 12 * 3600.0  # instance types, offerings and prices
 ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 MIB = 2**20
 _GEN = re.compile(r"^([a-z]+)(\d+)")
+EFA_ONLY = "efa-only"
+RESOURCE_NEURON_CORE = "aws.amazon.com/neuroncore"
 
 
-def eni_limited_pods(info: dict, reserved_enis: int) -> int:
-    """ENIs x (IPv4 addresses per ENI - 1) + 2, with the default network card's ENIs less the reserved ones."""
+def eni_limited_pods(info: dict, reserved_enis: int, interfaces: list | None = None) -> int:
+    """ENIs x (IPv4 addresses per ENI - 1) + 2, with the default network card's ENIs less the reserved ones and
+    less the EFA-only interfaces the EC2NodeClass puts on network card 0 (they take an ENI but no IPs)."""
     net = info.get("NetworkInfo") or {}
     cards = net.get("NetworkCards") or []
     idx = int(net.get("DefaultNetworkCardIndex") or 0)
     card = next((c for c in cards if int(c.get("NetworkCardIndex", 0)) == idx), None)
     enis = int(card["MaximumNetworkInterfaces"]) if card else int(net.get("MaximumNetworkInterfaces") or 0)
-    enis -= reserved_enis
+    enis -= reserved_enis + sum(1 for n in interfaces or () if int(n.get("networkCardIndex") or 0) == 0
+                                and n.get("interfaceType") == EFA_ONLY)
     if enis <= 0:
         return 0
     return enis * (int(net.get("Ipv4AddressesPerInterface") or 0) - 1) + 2
+
+
+def efa_count(info: dict, interfaces: list | None) -> int:
+    """vpc.amazonaws.com/efa: the EC2NodeClass's EFA-only interfaces when it lists networkInterfaces, else the
+    type's maximum EFA interfaces."""
+    if interfaces is not None:
+        return sum(1 for n in interfaces if n.get("interfaceType") == EFA_ONLY)
+    return int(((info.get("NetworkInfo") or {}).get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0)
+
+
+def supports_interfaces(info: dict, interfaces: list | None) -> bool:
+    """Whether the type can take the EC2NodeClass's networkInterfaces (upstream's compatibility check): ENA
+    supported, every interface on a network card the type has at a device index below that card's maximum, and
+    no more EFA-only interfaces than the type's EFA maximum. A type that cannot keeps its offerings, unavailable."""
+    if interfaces is None:
+        return True
+    net = info.get("NetworkInfo") or {}
+    cards = {int(c.get("NetworkCardIndex") or 0): c for c in net.get("NetworkCards") or ()}
+    if not cards or net.get("EnaSupport") == "unsupported":
+        return False
+    ips = int(net.get("Ipv4AddressesPerInterface") or 0)
+    for n in interfaces:
+        card = cards.get(int(n.get("networkCardIndex") or 0))
+        if card is None or int(card.get("MaximumNetworkInterfaces") or 0) <= int(n.get("deviceIndex") or 0):
+            return False
+        secondary = max(int(n.get("secondaryIPPrefixCount") or 0), int(n.get("secondaryIPCount") or 0))
+        if secondary > 0 and secondary + 1 > ips:
+            return False
+    efa_only = efa_count(info, interfaces)
+    limit = ((net.get("EfaInfo") or {}).get("MaximumEfaInterfaces"))
+    return not efa_only or (limit is not None and efa_only <= int(limit))
+
+
+def neuron_cores(info: dict) -> int:
+    """aws.amazon.com/neuroncore: the first Neuron device's count x its cores."""
+    devices = (info.get("NeuronInfo") or {}).get("NeuronDevices") or []
+    if not devices:
+        return 0
+    return int(devices[0].get("Count") or 0) * int((devices[0].get("CoreInfo") or {}).get("Count") or 0)
 
 
 def memory_capacity(mib: int, arch: str, overhead: float) -> int:
@@ -184,10 +227,11 @@ class InstanceTypes:
                 if family.name == "AL2023" and name.startswith("a1."):
                     continue  # AL2023 does not boot on a1
                 zones = sorted(self.zones.get(name, set()) & subnet_zones if subnet_zones else self.zones.get(name, set()))
-                out.append(self._instance_type(name, info, arches[0], zones, family, params, unavailable))
+                out.append(self._instance_type(name, info, arches[0], zones, family, params, unavailable,
+                                               (nodeclass or {}).get("spec")))
         return out
 
-    def _instance_type(self, name, info, arch, zones, family, params, unavailable) -> InstanceType:
+    def _instance_type(self, name, info, arch, zones, family, params, unavailable, nodeclass_spec=None) -> InstanceType:
         st = self.static.get(name) or {}
         vcpu = int((info.get("VCpuInfo") or {}).get("DefaultVCpus") or 0)
         mib = int((info.get("MemoryInfo") or {}).get("SizeInMiB") or 0)
@@ -213,6 +257,7 @@ class InstanceTypes:
         net = info.get("NetworkInfo") or {}
         if net.get("EncryptionInTransitSupported") is not None:
             labels[static.LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT] = str(net["EncryptionInTransitSupported"]).lower()
+        labels[static.LABEL_INSTANCE_NITRO_SANDBOX] = str(info.get("NitroEnclavesSupport") == "supported").lower()
         storage = info.get("InstanceStorageInfo") or {}
         if storage.get("NvmeSupport") in ("required", "supported") and storage.get("TotalSizeInGB"):
             labels[static.LABEL_INSTANCE_LOCAL_NVME] = str(storage["TotalSizeInGB"])
@@ -233,24 +278,29 @@ class InstanceTypes:
             labels.update({static.LABEL_INSTANCE_ACCELERATOR_NAME: str(a.get("Name", "")).lower(),
                            static.LABEL_INSTANCE_ACCELERATOR_MANUFACTURER: "aws",
                            static.LABEL_INSTANCE_ACCELERATOR_COUNT: str(accel["count"])})
-        record = {"vcpu": vcpu, "memory": mib, "arch": arch, "max_pods": eni_limited_pods(info, self.reserved_enis),
-                  "gpus": gpu, "accelerators": accel, "pod_eni": st.get("pod_eni"), "efa": 0,
+        interfaces = (nodeclass_spec or {}).get("networkInterfaces")
+        record = {"vcpu": vcpu, "memory": mib, "arch": arch,
+                  "max_pods": eni_limited_pods(info, self.reserved_enis, interfaces),
+                  "gpus": gpu, "accelerators": accel, "pod_eni": st.get("pod_eni"), "efa": efa_count(info, interfaces),
                   "local_nvme": storage.get("TotalSizeInGB") if storage.get("NvmeSupport") in ("required", "supported") else None}
         capacity, _ = static.provider.resources(record, family, params)
         memory = memory_capacity(mib, arch, self.overhead)
         capacity[MEMORY] = memory
-        pods_for_memory = eni_limited_pods(info, 0) if family.eni_limited_memory else capacity[PODS]
+        if neuron_cores(info):
+            capacity[RESOURCE_NEURON_CORE] = neuron_cores(info)
+        pods_for_memory = eni_limited_pods(info, 0, interfaces) if family.eni_limited_memory else capacity[PODS]
         overhead = static._sum(static.kube_reserved(vcpu, pods_for_memory, params["kube_reserved"]),
                                params["system_reserved"],
                                static.eviction_threshold(memory, capacity[EPHEMERAL], params["eviction_hard"]))
         offerings = []
+        fits = supports_interfaces(info, interfaces)
         usage = set((info.get("SupportedUsageClasses") or [CAPACITY_ON_DEMAND]))
         for zone in zones:
             for ct in (CAPACITY_ON_DEMAND, CAPACITY_SPOT):
                 if ct not in usage:
                     continue
                 price = self.on_demand.get(name) if ct == CAPACITY_ON_DEMAND else self.spot_price(name, zone)
-                available = price is not None and not unavailable(name, zone, ct)
+                available = fits and price is not None and not unavailable(name, zone, ct)
                 offerings.append(Offering(zone, ct, float(price or 0.0), available=available,
                                           price_estimated=ct == CAPACITY_SPOT and not self.spot_updated))
         return InstanceType(name, labels, capacity, overhead, offerings)

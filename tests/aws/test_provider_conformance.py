@@ -1,0 +1,154 @@
+"""Upstream's EC2 instance-type and cloud-provider rows (aws/karpenter-provider-aws
+pkg/providers/instancetype/suite_test.go and pkg/cloudprovider/suite_test.go) played against karpy's AWS provider
+(karpy/cloudprovider/ec2) on moto: moto's DescribeInstanceTypes data, CreateFleet and launch templates.
+
+Where upstream provisions a pod, the pod is scheduled by karpy's scheduler over the provider's instance types and
+the NodeClaim it computes is launched through the provider's CreateFleet, as karpy's provisioner does."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from karpy.cloudprovider import aws as static
+from karpy.cloudprovider.ec2.clients import Clients
+from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+from karpy.cloudprovider.ec2.nodeclass import HASH_ANNOTATION, HASH_VERSION_ANNOTATION
+from karpy.resources import MEMORY, PODS
+
+from .conftest import REGION, nodeclass, preload
+
+MI = 2**20
+
+
+def _status(subnet_zones=("us-west-2a", "us-west-2b", "us-west-2c")) -> dict:
+    return {"subnets": [{"id": f"subnet-{z}", "zone": z, "zoneID": ""} for z in subnet_zones],
+            "amis": [{"id": "ami-a", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]},
+                     {"id": "ami-x", "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}
+
+
+@pytest.fixture
+def catalog_types(moto_server, ec2_catalog, monkeypatch):
+    """A factory of InstanceTypes on the module's moto catalog (no AWS call: every refresh counts as done)."""
+    from .conftest import aws_environ
+
+    for k, v in aws_environ(moto_server.url).items():
+        monkeypatch.setenv(k, v)
+
+    def make(**kw) -> InstanceTypes:
+        its = InstanceTypes(Clients(max_attempts=1), REGION, **kw)
+        preload(its, ec2_catalog)
+        its.refreshed["spot"] = its.refreshed["on-demand"] = its.now()
+        return its
+
+    return make
+
+
+def listed(its: InstanceTypes, **spec) -> dict:
+    return {t.name: t for t in its.list({**nodeclass(**spec), "status": _status()})}
+
+
+# --- Overhead: aws.reservedENIs (RESERVED_ENIS) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,pods,kube_reserved_mib", [
+    ({"amiSelectorTerms": [{"alias": "al2@latest"}], "amiFamily": "AL2"}, 24, 640),  # 11 x 35 + 255
+    ({"amiSelectorTerms": [{"alias": "al2023@latest"}], "amiFamily": "AL2023"}, 24, 640),
+    ({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}], "amiFamily": "Bottlerocket"}, 24, 519),  # 11 x 24 + 255
+    ({"amiSelectorTerms": [{"alias": "windows2019@latest"}], "amiFamily": "Windows2019"}, 110, 1465),  # 11 x 110 + 255
+    ({"amiSelectorTerms": [{"alias": "windows2022@latest"}], "amiFamily": "Windows2022"}, 110, 1465),
+    ({"amiSelectorTerms": [{"alias": "windows2025@latest"}], "amiFamily": "Windows2025"}, 110, 1465),
+    ({"amiSelectorTerms": [{"id": "ami-0c0570m0000000001"}], "amiFamily": "Custom"}, 24, 640),
+], ids=["al2", "al2023", "bottlerocket", "windows2019", "windows2022", "windows2025", "custom"])
+def test_reserved_enis_lower_max_pods_but_not_eni_limited_kube_reserved(catalog_types, spec, pods, kube_reserved_mib):
+    """t3.large: 3 ENIs x 12 IPv4 addresses; with one ENI reserved, ENI-limited families get 2 x 11 + 2 = 24 pods
+    while their kube-reserved memory still counts every ENI (35 pods); Bottlerocket's counts the 24 it runs;
+    Windows runs 110 pods whatever the ENIs."""
+    t3 = listed(catalog_types(reserved_enis=1), **spec)["t3.large"]
+    assert t3.capacity[PODS] == pods
+    # karpy's overhead is kube-reserved + system-reserved (none) + the 100Mi memory eviction threshold
+    assert t3.overhead[MEMORY] == (kube_reserved_mib + 100) * MI
+
+
+def test_reserved_enis_beyond_the_types_enis_leave_no_pods(catalog_types):
+    t3 = listed(catalog_types(reserved_enis=1_000_000))["t3.large"]
+    assert t3.capacity[PODS] == 0  # max(3 - 1,000,000, 0) ENIs: 0 pods, not the formula's + 2
+
+
+# --- NitroEnclavesSupported ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("support,label", [("supported", "true"), ("unsupported", "false")])
+def test_nitro_enclaves_support_becomes_the_nitro_sandbox_label(catalog_types, support, label):
+    its = catalog_types()
+    its.infos = {"m5.large": {**its.infos["m5.large"], "NitroEnclavesSupport": support}}
+    (m5,) = its.list({**nodeclass(), "status": _status()})
+    assert m5.labels["karpenter.k8s.aws/nitro-sandbox"] == label
+
+
+# --- Network Interfaces (spec.networkInterfaces, EFA-only interfaces) ---------------------------------------------
+
+def _available(it) -> int:
+    return sum(1 for o in it.offerings if o.available)
+
+
+def test_a_type_supporting_the_network_interfaces_keeps_its_offerings(catalog_types):
+    its = catalog_types()
+    before = _available(listed(its)["p5.48xlarge"])
+    assert before > 0
+    after = listed(its, networkInterfaces=[
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+        {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}])["p5.48xlarge"]
+    assert _available(after) == before
+    assert after.capacity["vpc.amazonaws.com/efa"] == 1  # the EFA-only interfaces the NodeClass attaches
+
+
+def test_a_type_not_supporting_the_network_interfaces_has_only_unavailable_offerings(catalog_types):
+    its = catalog_types()
+    assert _available(listed(its)["m6idn.32xlarge"]) > 0
+    nis = [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+           {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}]
+    nis += [{"networkCardIndex": i, "deviceIndex": 0, "interfaceType": "efa-only"} for i in range(1, 5)]
+    m6idn = listed(its, networkInterfaces=nis)["m6idn.32xlarge"]  # 2 network cards, 2 EFAs at most
+    assert m6idn.offerings and not any(o.available for o in m6idn.offerings)
+
+
+def test_max_pods_ignore_efa_only_interfaces_on_other_network_cards(catalog_types):
+    m6idn = listed(catalog_types(), networkInterfaces=[
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+        {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}])["m6idn.32xlarge"]
+    assert m6idn.capacity[PODS] == 8 * 49 + 2  # 8 ENIs on card 0, 50 IPv4 addresses each
+
+
+def test_max_pods_lose_the_enis_efa_only_interfaces_take_on_network_card_0(catalog_types):
+    m6idn = listed(catalog_types(), networkInterfaces=[
+        {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+        {"networkCardIndex": 0, "deviceIndex": 1, "interfaceType": "efa-only"}])["m6idn.32xlarge"]
+    assert m6idn.capacity[PODS] == 7 * 49 + 2
+
+
+# --- Metadata Options -------------------------------------------------------------------------------------------
+
+def _launch_template_metadata(faults) -> list[dict]:
+    return [c["LaunchTemplateData"]["MetadataOptions"] for c in faults.calls["CreateLaunchTemplate"]]
+
+
+def test_launch_templates_default_the_metadata_options(env):
+    from .conftest import claim
+
+    p, nc, faults, account = env
+    p.create(claim())
+    opts = _launch_template_metadata(faults)
+    assert opts and all(o["HttpEndpoint"] == "enabled" and o["HttpProtocolIpv6"] == "disabled"
+                        and o["HttpPutResponseHopLimit"] == 1 and o["HttpTokens"] == "required" for o in opts)
+
+
+def test_launch_templates_take_the_nodeclass_metadata_options(env):
+    from .conftest import claim
+
+    p, nc, faults, account = env
+    nc["spec"]["metadataOptions"] = {"httpEndpoint": "disabled", "httpProtocolIPv6": "enabled",
+                                     "httpPutResponseHopLimit": 1, "httpTokens": "optional"}
+    p.create(claim())
+    opts = _launch_template_metadata(faults)
+    assert opts and all(o["HttpEndpoint"] == "disabled" and o["HttpProtocolIpv6"] == "enabled"
+                        and o["HttpPutResponseHopLimit"] == 1 and o["HttpTokens"] == "optional" for o in opts)
