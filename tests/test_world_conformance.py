@@ -191,3 +191,93 @@ def test_a_pod_deleted_past_the_nodes_deadline_gets_a_one_second_grace_period(h)
     assert "granted 1 seconds of grace-period" in ev["message"]
     p = h.get("Pod", "late", "default")
     assert p["metadata"].get("deletionTimestamp") and p["metadata"]["deletionGracePeriodSeconds"] == 1
+
+
+# --- VolumeAttachments hold a terminating node until the attach-detach controller deletes them --------------
+
+
+def _attachment(node: str, pv: str) -> dict:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": f"va-{pv}"},
+            "spec": {"attacher": "csi.example.com", "nodeName": node, "source": {"persistentVolumeName": pv}}}
+
+
+def _volumes_detached(h: Harness, claim: str) -> tuple[str, str] | None:
+    c = cond(h.get("NodeClaim", claim), "VolumesDetached")
+    return None if c is None else (c["status"], c["reason"])
+
+
+def _drain_done(h: Harness, claim: str, node: str) -> None:
+    from karpy.controllers.termination import MIN_DRAIN_TIME
+
+    _start_termination(h, claim)
+    assert h.reconcile(TERMINATION, node) is not None  # taint, start the drain
+    h.tick(2 * MIN_DRAIN_TIME)
+    assert h.reconcile(TERMINATION, node) is not None  # drained; volume detachment awaited
+
+
+def _finish(h: Harness, node: str) -> None:
+    for _ in range(3):  # instance termination initiated, then found gone
+        h.reconcile(TERMINATION, node)
+
+
+def test_a_terminating_node_waits_for_its_volume_attachments(h):
+    """node/termination/suite_test.go It("should wait for volume attachments"): VolumesDetached is Unknown
+    (AwaitingVolumeDetachment) and the node stays while the VolumeAttachment exists; once it is deleted the condition is
+    True and the node goes."""
+    claim, node = _deleting_node(h)
+    h.create(_attachment(node, "foo"))
+    _drain_done(h, claim, node)
+    assert h.get("Node", node) is not None
+    assert _volumes_detached(h, claim) == ("Unknown", "AwaitingVolumeDetachment")
+    assert cond(h.get("NodeClaim", claim), "Drained")["status"] == "True"
+    (ev,) = h.events("AwaitingVolumeDetachment", involved=node)
+    assert ev["message"] == "Awaiting deletion of bound volumeattachments (va-foo)"
+    h.tick(30)
+    h.reconcile(TERMINATION, node)
+    assert h.get("Node", node) is not None
+    h.delete("VolumeAttachment", "va-foo")
+    h.reconcile(TERMINATION, node)
+    assert _volumes_detached(h, claim)[0] == "True"
+    _finish(h, node)
+    assert h.get("Node", node) is None
+
+
+def test_only_attachments_of_drained_pods_hold_the_node(h):
+    """node/termination/suite_test.go It("should only wait for volume attachments associated with drainable pods"):
+    the attachment of a volume whose pod tolerates the disrupted taint (so is not drained) is not waited on."""
+    claim, node = _deleting_node(h)
+    h.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "pvc-bar", "namespace": "default"},
+              "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "bar",
+                       "resources": {"requests": {"storage": "1Gi"}}}})
+    h.create(_attachment(node, "foo"), _attachment(node, "bar"))
+    h.pod_on(node, name="stays", owner=RS_OWNER,
+             tolerations=[{"key": "karpenter.sh/disrupted", "operator": "Exists"}],
+             volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "pvc-bar"}}])
+    _drain_done(h, claim, node)
+    assert h.get("Node", node) is not None
+    assert _volumes_detached(h, claim) == ("Unknown", "AwaitingVolumeDetachment")
+    (ev,) = h.events("AwaitingVolumeDetachment", involved=node)
+    assert ev["message"] == "Awaiting deletion of bound volumeattachments (va-foo)"
+    h.delete("VolumeAttachment", "va-foo")
+    h.reconcile(TERMINATION, node)
+    assert _volumes_detached(h, claim)[0] == "True"
+    _finish(h, node)
+    assert h.get("Node", node) is None
+    assert h.get("VolumeAttachment", "va-bar") is not None
+
+
+def test_volume_attachments_are_waited_on_until_the_termination_grace_period_ends(h):
+    """node/termination/suite_test.go It("should wait for volume attachments until the nodeclaim's termination grace
+    period expires"): terminationGracePeriod 1m; while it runs the node waits (Unknown); five minutes later the
+    condition is False (TerminationGracePeriodElapsed) and the node goes with the attachment still there."""
+    claim, node = _deleting_node(h, termination_grace_period="1m")
+    h.create(_attachment(node, "foo"))
+    _drain_done(h, claim, node)
+    assert h.get("Node", node) is not None
+    assert _volumes_detached(h, claim) == ("Unknown", "AwaitingVolumeDetachment")
+    h.tick(5 * 60)
+    h.reconcile(TERMINATION, node)
+    assert _volumes_detached(h, claim) == ("False", "TerminationGracePeriodElapsed")
+    _finish(h, node)
+    assert h.get("Node", node) is None
+    assert h.get("VolumeAttachment", "va-foo") is not None

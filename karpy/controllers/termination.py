@@ -20,6 +20,7 @@ from ..kube import errors as E
 from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import pod_annotations, ref
+from ..runtime.log import pretty_slice
 from ..runtime.manager import condition, deleting, is_true
 from ..state import pods as P
 from .env import Env
@@ -42,10 +43,16 @@ class Termination:
 
     def setup(self, mgr) -> None:
         mgr.watch("Node", self._on_node)
+        mgr.watch("VolumeAttachment", self._on_attachment)
 
     def _on_node(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype != DELETED and deleting(obj):
             self.env.mgr.enqueue(self, obj["metadata"]["name"])
+
+    def _on_attachment(self, etype: str, obj: dict, old: dict | None) -> None:
+        node = (obj.get("spec") or {}).get("nodeName") or ""
+        if node and deleting(self.env.mgr.get("Node", node)):
+            self.env.mgr.enqueue(self, node)
 
     def reconcile(self, name: str) -> float | None:
         env = self.env
@@ -77,6 +84,11 @@ class Termination:
             return waiting
         if claim is not None and not is_true(claim, "Drained"):
             self._set_drained(env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim, "True")
+        if claim is not None:
+            claim = env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim
+        waiting = self._await_volume_detachment(node, claim, deadline)
+        if waiting is not None:
+            return waiting
         if pid:
             try:
                 env.cloud.delete(claim or {"status": {"providerID": pid}})
@@ -86,9 +98,55 @@ class Termination:
                 return 5.0
         return self._remove_finalizer(node)
 
-    def _set_drained(self, claim: dict, value: str, reason: str | None = None) -> None:
+    def _await_volume_detachment(self, node: dict, claim: dict | None, deadline: float | None) -> float | None:
+        """Wait (seconds until the next look) while VolumeAttachments of drained pods' volumes remain on the node,
+        as upstream: the attach-detach controller deletes them; Karpenter only waits, until the NodeClaim's
+        terminationGracePeriod deadline passes. None when the instance may be terminated."""
+        pending = self._pending_attachments(node)
+        if not pending:
+            value, reason = "True", None
+        elif deadline is None or self.env.now() <= deadline:
+            value, reason = "Unknown", "AwaitingVolumeDetachment"
+        else:
+            value, reason = "False", "TerminationGracePeriodElapsed"
+        if claim is not None:
+            self._set_drained(claim, value, reason, ctype="VolumesDetached")
+        if value != "Unknown":
+            return None
+        names = pretty_slice(sorted(va["metadata"]["name"] for va in pending), 5)
+        self.env.recorder.publish(ref(node), "AwaitingVolumeDetachment",
+                                  f"Awaiting deletion of bound volumeattachments ({names})", dedupe=120.0)
+        return 1.0
+
+    def _pending_attachments(self, node: dict) -> list[dict]:
+        """The node's VolumeAttachments of a PersistentVolume, less those of the volumes of pods the drain leaves
+        (pods tolerating the disrupted taint, static pods, pods stuck terminating)."""
+        env = self.env
+        name = node["metadata"]["name"]
+        attached = [va for va in env.mgr.list("VolumeAttachment")
+                    if (va.get("spec") or {}).get("nodeName") == name
+                    and (((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName"))]
+        if not attached:
+            return []
+        now, kept = env.now(), set()
+        sn = env.cluster.by_node.get(name)
+        for e in (sn.pods.values() if sn is not None else ()):
+            if not (P.owner_kind(e.obj) == "Node" or _stuck_terminating(e.obj, now)
+                    or any(t.tolerates(DISRUPTED_TAINT) for t in e.info.tolerations)):
+                continue
+            ns = e.obj["metadata"].get("namespace") or "default"
+            for v in (e.obj.get("spec") or {}).get("volumes") or ():
+                claim_name = (v.get("persistentVolumeClaim") or {}).get("claimName")
+                if claim_name is None and v.get("ephemeral") is not None:
+                    claim_name = f"{e.obj['metadata']['name']}-{v.get('name')}"  # the ephemeral volume's PVC
+                pvc = env.cluster.volume_lookup("PersistentVolumeClaim", ns, claim_name) if claim_name else None
+                if pvc is not None and (pvc.get("spec") or {}).get("volumeName"):
+                    kept.add(pvc["spec"]["volumeName"])
+        return [va for va in attached if va["spec"]["source"]["persistentVolumeName"] not in kept]
+
+    def _set_drained(self, claim: dict, value: str, reason: str | None = None, ctype: str = "Drained") -> None:
         st = dict(claim.get("status") or {})
-        if set_condition(st, "Drained", value, self.env.now(), reason=reason, message=reason):
+        if set_condition(st, ctype, value, self.env.now(), reason=reason, message=reason):
             try:
                 self.env.api.patch("NodeClaim", claim["metadata"]["name"], {"status": st}, subresource="status")
             except E.NotFound:

@@ -64,6 +64,8 @@ TYPES: list[ResourceType] = [
     ResourceType("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",)),
     ResourceType("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",)),
+    ResourceType("storage.k8s.io", "v1", "CSINode", "csinodes", False),
+    ResourceType("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments", False, (), (), _STATUS),
     ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
     ResourceType("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
