@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -278,3 +279,44 @@ def test_a_node_is_consolidated_from_one_reservation_into_a_cheaper_one(tmp_path
         == (C2X, "reserved", "r-c-2x")
     (d,) = summary["disruptions"]
     assert d["reason"] == "Underutilized" and d["candidates"] == [first["name"]], d
+
+
+# --- InstanceTypeNotFound drift of a reserved NodeClaim --------------------------------------------------------------
+
+def _reserved_claim_drift(included: tuple[str, ...]) -> str | None:
+    """A NodeClaim launched into a reservation of c-4x-amd64-linux; its NodePool's instance types then offer that type
+    only with ``included`` capacity types (upstream's test filters the type's offerings so); the Drifted reason two
+    hours after its creation, or None."""
+    from controllers.harness import Harness, cond, nodepool  # noqa: PLC0415
+
+    h = Harness()
+    h.setup(nodepool(capacity=("reserved", "on-demand", "spot"), zones=[ZONE]))
+    h.cloud.set_reservations([{"id": "r-c-4x", "instanceType": C4X, "zone": ZONE, "count": 1}])
+    c, _ = h.launch_node(instance_types=[C4X],
+                         requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["reserved"]}])
+    labels = c["metadata"]["labels"]
+    assert (labels["karpenter.sh/capacity-type"], labels[RESERVATION_ID]) == ("reserved", "r-c-4x")
+    real = h.provider.get_instance_types
+
+    def filtered(np, nodeclass):
+        return [t if t.name != C4X else
+                dataclasses.replace(t, offerings=[o for o in t.offerings if o.capacity_type in included])
+                for t in real(np, nodeclass)]
+
+    h.provider.get_instance_types = filtered
+    name = c["metadata"]["name"]
+    h.tick(2 * 3600)
+    h.reconcile("nodeclaim.disruption", name)
+    d = cond(h.get("NodeClaim", name), "Drifted")
+    return None if d is None else (d["status"], d["reason"])
+
+
+@pytest.mark.parametrize("included,drifted", [
+    (("reserved", "on-demand"), False),
+    (("reserved",), False),
+    (("on-demand",), False),  # a reserved NodeClaim may have been demoted to on-demand
+    (("spot",), True),
+    ((), True),
+], ids=["reserved-and-on-demand", "reserved", "on-demand", "only-spot", "no-offering"])
+def test_a_reserved_nodeclaim_drifts_only_when_neither_reserved_nor_on_demand_is_offered(included, drifted):
+    assert _reserved_claim_drift(included) == (("True", "InstanceTypeNotFound") if drifted else None)

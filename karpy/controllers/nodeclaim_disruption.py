@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from .. import resources as res
-from ..disruption.drift import drift_reason
+from ..disruption.drift import drift_reason, instance_type_not_found
 from ..disruption.methods import is_static
 from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
@@ -28,6 +28,7 @@ from .lifecycle import clear_condition, set_condition
 POD_EVENT_DEDUPE = 10.0
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 INSTANCE_TYPE_CHECK_AFTER = 3600.0  # upstream checks a NodeClaim's instance type only once it is an hour old
+INSTANCE_TYPE_CHECK_TTL = 1800.0  # and then, while it finds it, at most every 30 minutes
 
 
 class NodeClaimDisruption:
@@ -35,6 +36,7 @@ class NodeClaimDisruption:
 
     def __init__(self, env: Env):
         self.env = env
+        self._types_found: dict[str, float] = {}  # NodeClaim UID -> when its instance type and offering were found
 
     def setup(self, mgr) -> None:
         mgr.watch("NodeClaim", self._on_claim)
@@ -82,10 +84,11 @@ class NodeClaimDisruption:
         # drift
         nodeclass, _ = env.cluster.nodeclass_for(np)
         reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels, memo=True)
-        if reason in (None, "NodeClassDrift") and not labels.get(LABEL_INSTANCE_TYPE) and \
-                now - (parse_time(claim["metadata"].get("creationTimestamp")) or now) > INSTANCE_TYPE_CHECK_AFTER:
+        if reason in (None, "NodeClassDrift") and \
+                now - (parse_time(claim["metadata"].get("creationTimestamp")) or now) > INSTANCE_TYPE_CHECK_AFTER and \
+                self._instance_type_not_found(claim, np, nodeclass, labels, now):
             # upstream's InstanceTypeNotFound drift, checked before the cloud's own: a NodeClaim over an hour old
-            # whose instance type label is gone cannot be matched to any instance type
+            # whose instance type label is gone, or whose instance type or offering its NodePool no longer has
             reason = "InstanceTypeNotFound"
         if reason is None and nodeclass is not None:
             reason = env.cloud.is_drifted(claim, nodeclass)
@@ -118,6 +121,25 @@ class NodeClaimDisruption:
         if status != (claim.get("status") or {}):
             env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
         return requeue
+
+    def _instance_type_not_found(self, claim: dict, np: dict, nodeclass: dict | None, labels: dict, now: float) -> bool:
+        """No instance-type label, or no instance type of the NodePool's with an offering in the NodeClaim's zone and
+        capacity type (karpy.disruption.drift.instance_type_not_found); a check that found one is trusted for 30
+        minutes, as upstream's cache."""
+        if not labels.get(LABEL_INSTANCE_TYPE):
+            return True
+        if nodeclass is None:
+            return False
+        uid = claim["metadata"].get("uid") or claim["metadata"]["name"]
+        found = self._types_found.get(uid)
+        if found is not None and now - found < INSTANCE_TYPE_CHECK_TTL:
+            return False
+        if instance_type_not_found(self.env.cloud.get_instance_types(np, nodeclass), labels):
+            return True
+        if len(self._types_found) > 4096:  # entries of NodeClaims long gone
+            self._types_found = {k: t for k, t in self._types_found.items() if now - t < INSTANCE_TYPE_CHECK_TTL}
+        self._types_found[uid] = now
+        return False
 
 
 def _inputs(claim: dict) -> tuple:

@@ -16,6 +16,8 @@ import json
 from typing import Any, Mapping
 
 from .. import resources as res
+from ..cloudprovider.types import CAPACITY_ON_DEMAND, CAPACITY_RESERVED, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, \
+    LABEL_ZONE, InstanceType
 from ..scheduling.requirements import Requirements
 
 NODEPOOL_HASH = "karpenter.sh/nodepool-hash"
@@ -162,3 +164,23 @@ def drift_reason(nodepool: Mapping, nodeclass: Mapping | None, claim_annotations
     if stamped_class is not None and nodeclass is not None and stamped_class != nodeclass_hash(nodeclass, memo):
         return "NodeClassDrift"
     return None
+
+
+INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
+
+
+def instance_type_not_found(types: list[InstanceType], node_labels: Mapping[str, str]) -> bool:
+    """Upstream's InstanceTypeNotFound drift: the NodeClaim's instance type is no longer among its NodePool's
+    instance types, or none of that type's offerings (available or not) matches the NodeClaim's zone and capacity
+    type. A ``reserved`` NodeClaim also matches ``on-demand`` offerings and any reservation (it may have been
+    demoted to on-demand since, and a reservation that is gone is the provider's own drift)."""
+    name = node_labels.get(LABEL_INSTANCE_TYPE)
+    it = next((t for t in types if t.name == name), None) if name is not None else None
+    if it is None:
+        return True
+    zone = node_labels.get(LABEL_ZONE)
+    ct = node_labels.get(LABEL_CAPACITY_TYPE)
+    allowed = None if ct is None else \
+        ({CAPACITY_RESERVED, CAPACITY_ON_DEMAND} if ct == CAPACITY_RESERVED else {ct})
+    return not any((zone is None or o.zone == zone) and (allowed is None or o.capacity_type in allowed)
+                   for o in it.offerings)
