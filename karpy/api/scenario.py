@@ -150,6 +150,13 @@ def _check_default_constraints(lst: list, path: str, ctx: Ctx) -> None:
             ctx.err(child(p, "matchLabelKeys"), forbidden("must not be set, as it has no effect on default constraints"))
 
 
+def _check_ignore_dra(v: Any, path: str, ctx: Ctx) -> None:
+    if v is False:
+        ctx.err(path, invalid(v, "karpy does not simulate the allocation of devices to ResourceClaims (upstream's "
+                                 "DRA scheduling with IgnoreDRARequests off); true, upstream's default, does not "
+                                 "schedule pods that reference a ResourceClaim"))
+
+
 def _default_constraints() -> Node:
     n = topology_spread_constraints(defaults=True)
     n.checks = n.checks + (_check_default_constraints,)
@@ -165,7 +172,7 @@ SETTINGS = obj(
         ),
         "minValuesPolicy": string(default="Strict", enum=("Strict", "BestEffort")),
         "preferencePolicy": string(default="Respect", enum=("Respect", "Ignore")),
-        "ignoreDRARequests": boolean(default=True),
+        "ignoreDRARequests": boolean(default=True, checks=[_check_ignore_dra]),
         "schedulerConfig": obj(
             {"podTopologySpread": obj({"defaultConstraints": _default_constraints()})},
         ),

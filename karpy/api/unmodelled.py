@@ -55,8 +55,6 @@ BUILTIN: dict[str, frozenset[str]] = {
     "internal.apiserver.k8s.io": frozenset({"StorageVersion"}),
 }
 
-_DRA = "it asks for devices through dynamic resource allocation, which karpy does not simulate"
-
 # Kinds that change which nodes Karpenter launches, and that karpy does not simulate: (group, kind) -> why.
 AFFECTING: dict[tuple[str, str], str] = {
     ("", "ReplicationController"): "it creates pods, which karpy does not simulate for this kind; "
@@ -66,11 +64,8 @@ AFFECTING: dict[tuple[str, str], str] = {
     ("", "Binding"): "it binds a pod to a node, which karpy does not simulate",
     ("batch", "CronJob"): "it creates Jobs on a schedule, which karpy does not simulate; "
                           "simulate one run of it as a Job",
-    ("resource.k8s.io", "DeviceClass"): _DRA,
-    ("resource.k8s.io", "ResourceClaim"): _DRA,
-    ("resource.k8s.io", "ResourceClaimTemplate"): _DRA,
-    ("resource.k8s.io", "ResourceSlice"): _DRA,
-    ("resource.k8s.io", "DeviceTaintRule"): _DRA,
+    # resource.k8s.io (DeviceClass, ResourceClaim, ...) is skipped: with upstream's default IgnoreDRARequests a pod
+    # that references a ResourceClaim is refused whatever the claim holds (karpy.scheduling.dra)
     ("storage.k8s.io", "CSIStorageCapacity"): "it limits where a StorageClass can provision volumes, "
                                               "which karpy does not simulate",
     ("autoscaling.k8s.io", "VerticalPodAutoscaler"): "it changes its pods' requests, which karpy does not simulate",

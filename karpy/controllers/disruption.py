@@ -341,6 +341,7 @@ class Disruption:
             pending_pods=[c.pod_info(e) for e in pending], pdbs=c.pdb_states(),
             feature_gates=env.settings.feature_gates,
             respect_preferences=env.settings.respect_preferences,
+            ignore_dra=env.settings.ignore_dra_requests,
             min_values_best_effort=env.settings.min_values_best_effort,
             nodepool_counts={name: node_counts(c, name) for name, np in c.nodepools.items() if is_static(np)},
         )

@@ -37,6 +37,7 @@ class Settings:
     cluster_name: str = "karpy"
     preference_policy: str = "Respect"  # Ignore: the scheduler leaves every scheduling preference out
     ignore_dra_requests: bool = True  # upstream's IgnoreDRARequests: pods asking for devices are not scheduled
+    ignore_dra_requests: bool = True  # upstream's IgnoreDRARequests: pods asking for devices are not scheduled
 
     @property
     def min_values_best_effort(self) -> bool:

@@ -55,6 +55,7 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
     cluster.setup(mgr)  # first, so every controller's handler sees the state already updated
     env = Env(api=api, mgr=mgr, cluster=cluster, cloud=cloud, clock=clock,
               recorder=recorder or Recorder(api, clock), log=log or Logger(clock), settings=settings or Settings())
+    cluster.ignore_dra = env.settings.ignore_dra_requests
     provisioner = Provisioner(env)
     disruption = Disruption(env, provisioner)
     for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),

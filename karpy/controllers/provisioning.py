@@ -44,6 +44,7 @@ FILTERED_OUT_ERROR = "nodepool requirements filtered out all available instance 
 from ..runtime.log import go_duration, pretty_slice
 from ..scheduling.scheduler import CORE_WELL_KNOWN_LABELS, ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler
 from ..scheduling.reservations import RESERVED_OFFERING_ERROR
+from ..scheduling.dra import DRA_ERROR, DRA_SKIP_LOG
 from ..scheduling.validation import AVOIDS_KARPENTER, RESTRICTED_LABEL_DOMAINS, pod_problem
 from ..scheduling.volumes import has_volume_claims
 from ..state import pods as P
@@ -206,7 +207,8 @@ class Provisioner:
                 base = hit[1]
             else:
                 if daemons is None:
-                    daemons = c.daemon_pods()
+                    # IgnoreDRARequests: DaemonSet pods asking for devices add no overhead (karpy.scheduling.dra)
+                    daemons = [d for d in c.daemon_pods() if not (d.dra and env.settings.ignore_dra_requests)]
                 types = env.cloud.get_instance_types(np, nodeclass)
                 base = build_template(np, types, daemons, {}, env.cloud.well_known_labels(np))
                 self._tpl_cache[name] = (key, base)
@@ -373,7 +375,8 @@ class Provisioner:
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
                       respect_preferences=env.settings.respect_preferences,
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"),
-                      reserved_strict=True)  # upstream's provisioner: DisableReservedCapacityFallback
+                      reserved_strict=True,  # upstream's provisioner: DisableReservedCapacityFallback
+                      ignore_dra=env.settings.ignore_dra_requests)
         infos = [c.pod_info(e) for e in pods]
         results = s.solve(infos)
         if env.settings.gate(capacitybuffer.GATE):
@@ -422,6 +425,12 @@ class Provisioner:
             if why == "no nodepools found" and any(p.endswith(FILTERED_OUT_ERROR) for p in others):
                 why = FILTERED_OUT_ERROR  # NodePools exist; their requirements left no instance type (upstream's error)
                 others = [p for p in others if not p.endswith(FILTERED_OUT_ERROR)]
+            if why == DRA_ERROR:  # as upstream: the DRA error alone, and an info line rather than an error
+                others = []
+                if self._messages.get(key) != why:
+                    meta = e.obj.get("metadata") or {}
+                    env.log.info(DRA_SKIP_LOG, controller=self.name,
+                                 Pod={"name": meta.get("name", ""), "namespace": meta.get("namespace", "")})
             extra = "; ".join(others)
             msg = why if not extra else (f"{why}; {extra}" if why else extra)
             if self._messages.get(key) != msg:

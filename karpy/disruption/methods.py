@@ -238,14 +238,16 @@ def _prepared(snapshot: ClusterSnapshot, consolidation: bool) -> tuple[Prepared,
     # The state of nodes, pods and templates a snapshot reuses is never changed in place: when a snapshot holds
     # the very objects the last prepared one did (a command's validation, 15 s after the pass that found it,
     # often does), that preparation is this one's too. The entry keeps the objects alive, so their ids name them.
-    key = (snapshot.respect_preferences, tuple(map(id, snapshot.templates)), tuple((id(e), t) for e, t in sources),
+    key = (snapshot.respect_preferences, snapshot.ignore_dra, tuple(map(id, snapshot.templates)),
+           tuple((id(e), t) for e, t in sources),
            tuple(map(id, pods)))
     last = _LAST_PREPARED[0]
     if last is not None and last[0] == key:
         prep = last[2]
     else:
         destinations = [e if takes else replace(e, takes_moving=False) for e, takes in sources]
-        prep = Prepared(snapshot.templates, destinations, pods, respect_preferences=snapshot.respect_preferences)
+        prep = Prepared(snapshot.templates, destinations, pods, respect_preferences=snapshot.respect_preferences,
+                        ignore_dra=snapshot.ignore_dra)
         _LAST_PREPARED[0] = (key, (list(snapshot.templates), sources, pods), prep)
     hit = memo[consolidation] = (prep, leaving)
     return hit

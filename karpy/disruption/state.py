@@ -154,6 +154,7 @@ class ClusterSnapshot:
     pdbs: list[PDBState] = field(default_factory=list)
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     respect_preferences: bool = True  # preferencePolicy Respect (Ignore: simulations leave preferences out)
+    ignore_dra: bool = True  # IgnoreDRARequests: pods asking for devices cannot be rescheduled
     min_values_best_effort: bool = False  # minValuesPolicy BestEffort: simulations may relax minValues
     tolerations_for_daemons: tuple[Toleration, ...] = ()
     # NodePool -> NodeClaims (running, being deleted, being disrupted), for static NodePools' drift

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .. import resources as res
+from .dra import has_dra_requirements
 from .requirements import DOES_NOT_EXIST, EXISTS, IN, NOT_IN, Requirement, Requirements
 from .volumes import VolumeTopology
 
@@ -249,6 +250,7 @@ class PodInfo:
     obj: dict | None = None
     class_key: tuple = ()
     moving: bool = False  # being moved off a node by consolidation (not a pending pod)
+    dra: bool = False  # asks for devices through ResourceClaims (karpy.scheduling.dra)
 
     @property
     def key(self) -> str:
@@ -367,6 +369,7 @@ def compile_pod(obj: Mapping, priority: int = 0, runtime_overhead: Mapping[str, 
         host_ports=frozenset(ports),
         priority=priority,
         obj=obj,  # type: ignore[arg-type]
+        dra=has_dra_requirements(spec),
     )
     info.class_key = class_key(info)
     return info
@@ -389,7 +392,7 @@ def class_key(p: PodInfo) -> tuple:
         tuple(p.preferred_anti_affinity),
         tuple(sorted(p.host_ports)),
         p.volume_requirements.signature() if p.volume_requirements is not None else None,
-    )
+    ) + (("dra",) if p.dra else ())
 
 
 def copy_for_relaxation(p: PodInfo) -> PodInfo:
@@ -414,6 +417,7 @@ def copy_for_relaxation(p: PodInfo) -> PodInfo:
         obj=p.obj,
         class_key=p.class_key,
         moving=p.moving,
+        dra=p.dra,
     )
 
 

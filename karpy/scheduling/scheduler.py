@@ -43,6 +43,7 @@ from ..cloudprovider.types import (
     LABEL_ZONE,
     InstanceType,
 )
+from .dra import DRA_ERROR
 from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
 from .requirements import IN, NOT_IN, Requirement, Requirements
 from .reservations import RESERVED_OFFERING_ERROR, ReservationManager, offerings_to_reserve, reserved_offerings
@@ -467,6 +468,8 @@ class _Class:
         self.req_key = tuple(int(x) for x in self.request_vec)
         topo = s.topology
         self.strict = p.strict_requirements()
+        # IgnoreDRARequests (on by default): a pod asking for devices is refused outright (karpy.scheduling.dra)
+        self.dra_refused = p.dra and s.ignore_dra
         vt = p.volume_requirements
         self.volume_invalid = vt.invalid if vt is not None else None
         self.volumes = vt if vt is not None and vt.alternatives else None
@@ -513,7 +516,7 @@ class _Class:
     def relax(self) -> str | None:
         """Drop one soft constraint, in upstream's order; None when nothing is left to relax (or when the pods
         wait for a reservation other NodeClaims hold: relaxing would not be needed once it is free)."""
-        if self.reserved_wait:
+        if self.reserved_wait or self.dra_refused:
             return None
         p = copy_for_relaxation(self.rep)
         reason = None
@@ -552,8 +555,8 @@ class Prepared:
     """
 
     def __init__(self, templates: Sequence[NodeClaimTemplate], existing: Sequence[ExistingNode],
-                 pods: Sequence[PodInfo], respect_preferences: bool = True):
-        base = Scheduler(templates, existing, respect_preferences=respect_preferences)
+                 pods: Sequence[PodInfo], respect_preferences: bool = True, ignore_dra: bool = True):
+        base = Scheduler(templates, existing, respect_preferences=respect_preferences, ignore_dra=ignore_dra)
         base._build(list(pods) + [p for n in existing for p in n.bound_pods])
         topo = base.topology
         all_pods = list(pods) + [p for n in existing for p in n.bound_pods]
@@ -587,6 +590,7 @@ class Scheduler:
         """A solve over the prepared snapshot without the nodes in ``exclude`` (and their pods)."""
         base = prep.base
         s = cls(base.templates, (), respect_preferences=base.respect_preferences, hostname_prefix=hostname_prefix,
+                ignore_dra=base.ignore_dra,
                 min_values_best_effort=min_values_best_effort, refine=False, pin_counted=pin_counted)
         s.rnames, s.rindex, s.nres = base.rnames, base.rindex, base.nres
         s.tstates = base.tstates
@@ -651,10 +655,13 @@ class Scheduler:
         refine: bool = False,
         pin_counted: bool = False,
         reserved_strict: bool = False,
+        ignore_dra: bool = True,
     ):
         self.templates = sorted(templates, key=lambda t: (-t.weight, t.nodepool))
         # the provisioner's strict reserved-offering mode (karpy.scheduling.reservations); off: counted, never refused
         self.reserved_strict = reserved_strict
+        # upstream's IgnoreDRARequests (default on): pods asking for devices are refused (karpy.scheduling.dra)
+        self.ignore_dra = ignore_dra
         self._rm: ReservationManager | None = None
         self.respect_preferences = respect_preferences
         self.hostname_prefix = hostname_prefix
@@ -889,6 +896,8 @@ class Scheduler:
 
     def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
         """Place as many of the class's pods as possible; the failure reason if some remain."""
+        if cls.dra_refused:
+            return DRA_ERROR
         if cls.volume_invalid is not None:
             return f"ignoring pod, {cls.volume_invalid}"
         # existing nodes first (those with room for one pod of the class, in order). Upstream tries every
@@ -1686,7 +1695,7 @@ class Scheduler:
                 tpl.nodepool, tpl.weight, claim.req, tpl.taints, tpl.startup_taints, tpl.labels, types,
                 tpl.daemon_overhead, None, tpl.well_known_labels, tpl.nodeclass, tpl.daemon_pods,
             )
-            sub = Scheduler([sub_tpl], hostname_prefix=f"{claim.hostname}-", refine=False)
+            sub = Scheduler([sub_tpl], hostname_prefix=f"{claim.hostname}-", refine=False, ignore_dra=self.ignore_dra)
             r = sub.solve(claim.pods)
             if r.errors or len(sub.claims) < 2:
                 continue

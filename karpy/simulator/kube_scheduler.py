@@ -9,6 +9,9 @@ admissible at the moment it is made:
   the node's labels;
 * the pod's requests fit the node's allocatable beside the pods already bound;
   no host port clash;
+* a pod that references a ResourceClaim is never bound: no DRA driver
+  publishes devices in the simulated cluster, so its claims cannot be
+  allocated;
 * required pod affinity and anti-affinity hold (both the pod's own terms and
   the anti-affinity of pods already placed);
 * every ``DoNotSchedule`` topology spread holds with the skew computed, as
@@ -743,6 +746,9 @@ class KubeScheduler:
         return n, False
 
     def _scan(self, key: str, info: PodInfo, failed_classes: set[tuple]) -> _Node | None:
+        if info.dra:  # no DRA driver publishes devices in the simulated cluster: its claims cannot be allocated
+            self._park(key, info)
+            return None
         pure = not (info.spread or info.affinity or info.anti_affinity)
         ck = info.class_key
         if pure and ck in failed_classes:

@@ -116,6 +116,7 @@ class Simulation:
             feature_gates=gates,
             min_values_policy=settings.get("minValuesPolicy") or "Strict",
             preference_policy=settings.get("preferencePolicy") or "Respect",
+            ignore_dra_requests=settings.get("ignoreDRARequests", True) is not False,
         )
         self.clock = clock if clock is not None else SimClock(self.start)
         self.api = MemoryAPI(self.clock, history=history)

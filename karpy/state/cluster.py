@@ -235,6 +235,7 @@ class Cluster:
     def __init__(self, clock: Any):
         self.clock = clock
         self.compiler = P.PodCompiler()
+        self.ignore_dra = True  # IgnoreDRARequests: DaemonSet pods asking for devices add no overhead
         self.pods: dict[str, PodEntry] = {}
         self.pending: set[str] = set()  # unbound, non-terminal pods
         self.pods_by_node: dict[str, set[str]] = {}  # node name -> pods bound to it (whether or not the node is known)
@@ -651,6 +652,8 @@ class Cluster:
 
         out: dict[str, int] = {}
         for d in self.daemon_pods():
+            if d.dra and self.ignore_dra:
+                continue
             if untolerated(d.tolerations, taints) is not None:
                 continue
             if not d.node_selector.satisfied_by_labels(labels):
