@@ -5,7 +5,8 @@ offerings (zone x capacity type) that its requirements allow and that are not
 known to be out of capacity, then:
 
 * drops exotic types (GPUs, accelerators, bare metal) when plainer ones remain
-  and the requirements do not ask for them;
+  and the requirements do not ask for them (nor, with
+  ``keep_exotic_with_min_values``, as upstream's EC2 launch, carry a minValues);
 * when both spot and on-demand are allowed, drops spot offerings dearer than
   the cheapest on-demand one;
 * takes the capacity type in upstream's priority — reserved, then spot, then
@@ -54,6 +55,7 @@ def launch_candidates(
     requirements: Requirements,
     instance_types: Sequence[InstanceType],
     is_unavailable: Callable[[InstanceType, Offering], bool] = lambda it, o: False,
+    keep_exotic_with_min_values: bool = False,
 ) -> list[Candidate]:
     """Offerings in the order the provider would try them (first = launched if it has capacity)."""
     types = list(instance_types)
@@ -62,7 +64,8 @@ def launch_candidates(
         or r.key.endswith("instance-size")
         for r in requirements
     )
-    if not asks_exotic:
+    # upstream's EC2 launch keeps exotic types when any requirement has minValues (their variety may count)
+    if not asks_exotic and not (keep_exotic_with_min_values and any(r.min_values is not None for r in requirements)):
         plain = [it for it in types if not _is_exotic(it)]
         if plain:
             types = plain

@@ -152,3 +152,106 @@ def test_launch_templates_take_the_nodeclass_metadata_options(env):
     opts = _launch_template_metadata(faults)
     assert opts and all(o["HttpEndpoint"] == "disabled" and o["HttpProtocolIpv6"] == "enabled"
                         and o["HttpPutResponseHopLimit"] == 1 and o["HttpTokens"] == "optional" for o in opts)
+
+
+# --- Static drift: the EC2NodeClass hash and its version -----------------------------------------------------------
+
+@pytest.fixture
+def launched(env):
+    from .conftest import claim
+
+    p, nc, faults, account = env
+    out = p.create(claim())
+    nodeclaim = {"metadata": {"name": "nc-1", "annotations": {}}, "status": {"providerID": out["status"]["providerID"]}}
+    return p, nc, nodeclaim
+
+
+def _drift(p, nc, nodeclaim, class_ann: dict, claim_ann: dict):
+    nc = copy.deepcopy(nc)
+    nc["metadata"]["annotations"] = class_ann
+    nc["spec"]["tags"] = {"Test Key": "Test Value"}  # a static field changed: karpy's own hash moves too
+    nodeclaim = copy.deepcopy(nodeclaim)
+    nodeclaim["metadata"]["annotations"] = claim_ann
+    return p.is_drifted(nodeclaim, nc)
+
+
+def test_hashes_of_different_hash_versions_are_not_compared(launched):
+    p, nc, nodeclaim = launched
+    assert _drift(p, nc, nodeclaim, {HASH_ANNOTATION: "test-hash-111111", HASH_VERSION_ANNOTATION: "test-hash-version-1"},
+                  {HASH_ANNOTATION: "test-hash-222222", HASH_VERSION_ANNOTATION: "test-hash-version-2"}) is None
+    # the same version: the differing hashes are NodeClassDrift
+    assert _drift(p, nc, nodeclaim, {HASH_ANNOTATION: "test-hash-111111", HASH_VERSION_ANNOTATION: "test-hash-version-1"},
+                  {HASH_ANNOTATION: "test-hash-222222", HASH_VERSION_ANNOTATION: "test-hash-version-1"}) == "NodeClassDrift"
+
+
+def test_no_hash_drift_without_a_hash_version_on_the_nodeclass(launched):
+    p, nc, nodeclaim = launched
+    assert _drift(p, nc, nodeclaim, {HASH_ANNOTATION: "test-hash-111111"},
+                  {HASH_ANNOTATION: "test-hash-222222", HASH_VERSION_ANNOTATION: "test-hash-version-2"}) is None
+
+
+def test_no_hash_drift_without_a_hash_version_on_the_nodeclaim(launched):
+    p, nc, nodeclaim = launched
+    assert _drift(p, nc, nodeclaim, {HASH_ANNOTATION: "test-hash-111111", HASH_VERSION_ANNOTATION: "test-hash-version-1"},
+                  {HASH_ANNOTATION: "test-hash-222222"}) is None
+
+
+# --- Launch: which types CreateFleet is offered ------------------------------------------------------------------
+
+def provision(p, nc, requirements: list[dict], pod_cpu: str = "1", requests: dict | None = None):
+    """Schedule one pod with karpy's scheduler over the provider's instance types for a NodePool with
+    ``requirements``, launch the NodeClaim it computes through the provider; (NewNodeClaim, launched NodeClaim)."""
+    from helpers import nodepool, pod, solve, template
+
+    types = p.get_instance_types({}, nc)
+    tpl = template(nodepool("default", requirements=requirements), types,
+                   provider_labels=static.AWSProvider.WELL_KNOWN_LABELS)
+    results = solve(tpl, [pod(cpu=pod_cpu, requests=requests)])
+    if not results.new_nodeclaims:
+        return None, None
+    (new,) = results.new_nodeclaims
+    reqs = [r for r in new.requirements.to_node_selector() if r["key"] != "kubernetes.io/hostname"]
+    if not any(r["key"] == "node.kubernetes.io/instance-type" for r in reqs):
+        reqs.append({"key": "node.kubernetes.io/instance-type", "operator": "In",
+                     "values": [t.name for t in new.instance_types]})
+    claim = {"metadata": {"name": "nc-1", "labels": {"karpenter.sh/nodepool": "default"}},
+             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                      "requirements": reqs}}
+    return new, p.create(claim)
+
+
+def _override_types(faults) -> list[str]:
+    (req,) = faults.calls["CreateFleet"]
+    return [o["InstanceType"] for cfg in req["LaunchTemplateConfigs"] for o in cfg["Overrides"]]
+
+
+def test_metal_types_stay_in_the_fleet_when_a_requirement_has_min_values(env):
+    p, nc, faults, account = env
+    new, out = provision(p, nc, [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"], "minValues": 1},
+                                 {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}])
+    assert out is not None
+    assert any(t.endswith(".metal") for t in _override_types(faults))
+
+
+def test_metal_types_are_left_out_of_the_fleet_without_min_values(env):
+    p, nc, faults, account = env
+    new, out = provision(p, nc, [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+                                 {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m5"]}])
+    assert "m5.metal" in [t.name for t in new.instance_types]
+    assert _override_types(faults) and not any(t.endswith(".metal") for t in _override_types(faults))
+
+
+def test_the_fleet_is_offered_the_60_cheapest_types(env):
+    p, nc, faults, account = env
+    on_demand = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
+    new, out = provision(p, nc, on_demand)
+    assert out is not None
+
+    def cheapest(t):
+        return min((o.price for o in t.offerings if o.available and o.capacity_type == "on-demand"), default=float("inf"))
+
+    ranked = sorted(p.get_instance_types({}, nc), key=lambda t: (cheapest(t), t.name))
+    expected = {t.name for t in ranked[:100]}
+    offered = set(_override_types(faults))
+    assert len(offered) == 60
+    assert offered <= expected, sorted(offered - expected)

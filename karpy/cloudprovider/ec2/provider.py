@@ -206,7 +206,8 @@ class EC2CloudProvider:
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
         allowed = reqs.get(LABEL_INSTANCE_TYPE)
         types = [it for it in self.get_instance_types({}, nc) if allowed.has(it.name)]
-        cands = launch_candidates(reqs, types, lambda it, o: self.unavailable(it.name, o.zone, o.capacity_type))
+        cands = launch_candidates(reqs, types, lambda it, o: self.unavailable(it.name, o.zone, o.capacity_type),
+                                  keep_exotic_with_min_values=True)
         if not cands:
             raise InsufficientCapacityError("all requested instance types were unavailable during launch")
         names: list[str] = []
@@ -558,8 +559,15 @@ class EC2CloudProvider:
         status = nodeclass.get("status") or {}
         pid = (nodeclaim.get("status") or {}).get("providerID") or ""
         ann = (nodeclaim.get("metadata") or {}).get("annotations") or {}
-        if ann.get(HASH_VERSION_ANNOTATION) == HASH_VERSION and ann.get(HASH_ANNOTATION) is not None and \
-                ann[HASH_ANNOTATION] != hash_annotations(nodeclass)[HASH_ANNOTATION]:
+        # the hash the NodeClass controller stamped on the EC2NodeClass (karpy's own NodeClass hash while it has
+        # not stamped one yet): compared only when both carry a hash and the same hash version, as upstream
+        stamped = (nodeclass.get("metadata") or {}).get("annotations") or {}
+        if HASH_ANNOTATION in stamped or HASH_VERSION_ANNOTATION in stamped:
+            class_hash, class_version = stamped.get(HASH_ANNOTATION), stamped.get(HASH_VERSION_ANNOTATION)
+        else:
+            class_hash, class_version = hash_annotations(nodeclass)[HASH_ANNOTATION], HASH_VERSION
+        if None not in (class_hash, class_version, ann.get(HASH_ANNOTATION)) and \
+                ann.get(HASH_VERSION_ANNOTATION) == class_version and ann[HASH_ANNOTATION] != class_hash:
             return "NodeClassDrift"
         try:
             inst = self._instance(pid)
