@@ -1,10 +1,11 @@
 """Prometheus metrics with upstream Karpenter's names and labels, where karpy has the behaviour.
 
-Nothing in the controllers calls this module. Counters and histograms come
-from listening: to the structured log records the controllers already write
-("created nodeclaim", "deleted nodeclaim", "disrupting node(s)") and to the
-manager's reconcile hook (durations). Gauges are read from the informer cache
-when Prometheus scrapes (the Nodes, Pods and NodePools the manager holds).
+``/metrics`` serves two registries. The controllers' own metrics (disruption decisions, disrupted NodeClaims,
+drains and evictions, terminations, the scheduler's, the cloud provider's instance types and prices) are
+counted where the behaviour happens, in :mod:`karpy.metrics`, and served as they are (``attach(core=...)``).
+The rest is kept here, by listening: to the structured log records the controllers already write
+("created nodeclaim", "deleted nodeclaim") and to the manager's reconcile hook (durations). Gauges are read
+from the informer cache when Prometheus scrapes (the Nodes, Pods and NodePools the manager holds).
 
 Labels follow kubernetes-sigs/karpenter:
 
@@ -12,9 +13,6 @@ Labels follow kubernetes-sigs/karpenter:
 * ``karpenter_nodeclaims_terminated_total{nodepool,capacity_type,zone}``
 * ``karpenter_nodes_allocatable{<well-known labels>,node_name,phase,managed,resource_type}``
 * ``karpenter_pods_state{name,namespace,owner,node,scheduled,nodepool,zone,arch,capacity_type,instance_type,phase,ready,managed}``
-* ``karpenter_scheduler_scheduling_duration_seconds{controller}`` (and its older name
-  ``karpenter_provisioner_scheduling_duration_seconds``)
-* ``karpenter_voluntary_disruption_decisions_total{decision,reason,consolidation_type}``
 * ``karpenter_nodepools_usage{resource_type,nodepool}``, ``karpenter_nodepools_limit{resource_type,nodepool}``
 * ``karpenter_interruption_received_messages_total{message_type}``, ``karpenter_interruption_deleted_messages_total``,
   ``karpenter_interruption_message_queue_duration_seconds`` (the AWS interruption queue)
@@ -31,17 +29,14 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .. import resources as res
 from ..api.labels import WELL_KNOWN_LABELS
+from ..metrics import DURATION_BUCKETS, KarpenterMetrics, RegistryProxy
 
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
-                    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50,
-                    60, 120, 150, 300, 450, 600)
 NODEPOOL = "karpenter.sh/nodepool"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
 ZONE = "topology.kubernetes.io/zone"
 ARCH = "kubernetes.io/arch"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 MIN_VALUES_RELAXED = "karpenter.sh/nodeclaim-min-values-relaxed"
-PROVISIONER = "provisioner"
 
 # karpy's creation reasons -> upstream's reason label values
 CREATE_REASONS = {"provisioning": "provisioned"}
@@ -93,18 +88,6 @@ class Metrics:
             "karpenter_nodeclaims_terminated_total",
             "Number of nodeclaims terminated in total by Karpenter. Labeled by the owning nodepool, capacity "
             "type, and zone.", ["nodepool", "capacity_type", "zone"], registry=r)
-        self.decisions = Counter(
-            "karpenter_voluntary_disruption_decisions_total",
-            "Number of disruption decisions performed. Labeled by disruption decision, reason, and "
-            "consolidation type.", ["decision", "reason", "consolidation_type"], registry=r)
-        self.scheduling = Histogram(
-            "karpenter_scheduler_scheduling_duration_seconds",
-            "Duration of scheduling simulations used for deprovisioning and provisioning in seconds.",
-            ["controller"], buckets=DURATION_BUCKETS, registry=r)
-        self.provisioner_scheduling = Histogram(
-            "karpenter_provisioner_scheduling_duration_seconds",
-            "Duration of scheduling process in seconds (the name before karpenter v1).",
-            [], buckets=DURATION_BUCKETS, registry=r)
         self.reconcile_total = Counter(
             "controller_runtime_reconcile_total", "Total number of reconciliations per controller",
             ["controller", "result"], registry=r)
@@ -123,18 +106,17 @@ class Metrics:
             "Amount of time an interruption message is on the queue before it is processed by karpenter.", [],
             buckets=DURATION_BUCKETS, registry=r)
         r.register(_StateCollector(self))
+        self.core: KarpenterMetrics | None = None  # the controllers' own metrics (karpy.metrics)
+        r.register(RegistryProxy(lambda: self.core.registry.collect() if self.core is not None else ()))
         self._lock = threading.Lock()
-        self._solves = 0
-        self.provisioner: Any = None  # karpy.controllers.provisioning.Provisioner (its solve counter)
 
     # --- wiring -------------------------------------------------------------------------------------
-    def attach(self, mgr: Any, log: Any, provisioner: Any = None) -> None:
+    def attach(self, mgr: Any, log: Any, core: KarpenterMetrics | None = None) -> None:
         self.mgr = mgr
-        self.provisioner = provisioner
-        self._solves = getattr(provisioner, "solves", 0)
+        self.core = core
         log.listeners.append(self.on_log)
         if log.listen_for is not None:
-            log.listen_for |= {"created nodeclaim", "deleted nodeclaim", "disrupting node(s)",
+            log.listen_for |= {"created nodeclaim", "deleted nodeclaim",
                                "received interruption queue message", "deleted interruption queue message"}
         mgr.on_reconcile = self.on_reconcile
 
@@ -157,10 +139,6 @@ class Metrics:
             labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
             self.nodeclaims_terminated.labels(labels.get(NODEPOOL, ""), labels.get(CAPACITY_TYPE, ""),
                                               labels.get(ZONE, "")).inc()
-        elif msg == "disrupting node(s)":
-            method = str(rec.get("method") or "")
-            ctype = {"emptiness": "empty", "single": "single", "multi": "multi"}.get(method, "")
-            self.decisions.labels(str(rec.get("decision") or ""), str(rec.get("reason") or "").lower(), ctype).inc()
         elif msg == "received interruption queue message":
             self.interruption_received.labels(str(rec.get("message_type") or "no_op")).inc()
             if isinstance(rec.get("queue_seconds"), (int, float)):
@@ -171,13 +149,6 @@ class Metrics:
     def on_reconcile(self, controller: str, seconds: float, failed: bool) -> None:
         self.reconcile_total.labels(controller, "error" if failed else "success").inc()
         self.reconcile_time.labels(controller).observe(seconds)
-        p = self.provisioner
-        if p is not None and controller == getattr(p, "name", None):
-            solves = getattr(p, "solves", 0)
-            if solves != self._solves:
-                self._solves = solves
-                self.scheduling.labels(PROVISIONER).observe(seconds)
-                self.provisioner_scheduling.observe(seconds)
 
     def _claim(self, name: str | None) -> dict | None:
         if not name or self.mgr is None:

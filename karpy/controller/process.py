@@ -85,7 +85,7 @@ class ControllerProcess:
         for c in provider_controllers:
             self.mgr.add(c)
         self.metrics = Metrics()
-        self.metrics.attach(self.mgr, self.log, self.karpenter.provisioner)
+        self.metrics.attach(self.mgr, self.log, self.karpenter.env.metrics)
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
             self.elector = LeaderElector(api, settings.namespace, self.identity,

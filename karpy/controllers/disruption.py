@@ -41,6 +41,7 @@ from ..disruption.methods import (
 from ..disruption.state import DISRUPTED_TAINT, ClusterSnapshot, NodeState
 from ..kube import errors as E
 from ..kube.port import DELETED
+from ..metrics import CONSOLIDATION_TYPES
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import ref
 from ..runtime.manager import condition, deleting, is_true
@@ -124,6 +125,7 @@ class Disruption:
             return POLL_PERIOD  # nothing the methods look at has changed since they last found nothing
         snap = self.snapshot()
         step = self.engine.step(snap, hash(key))
+        self._eligible(step.eligible)
         for e in step.events:
             self.emit(e)
         cmd = step.command
@@ -144,6 +146,9 @@ class Disruption:
             return
         snap = self.snapshot()
         fresh, why = self.engine.validate(snap, cmd)
+        if self.engine.failed_validations:
+            self.env.metrics.failed_validations.labels(CONSOLIDATION_TYPES.get(cmd.method, "")).inc(
+                self.engine.failed_validations)
         if fresh is None:
             if cmd.method == "single":
                 for cand in cmd.candidates:
@@ -155,6 +160,7 @@ class Disruption:
                 # as upstream's pass: a multi-node command invalidated by the wait leaves the pass to
                 # single-node consolidation, computed now and validated after its own wait
                 step = self.engine.step(snap, after="multi")
+                self._eligible(step.eligible)
                 for e in step.events:
                     self.emit(e)
                 nxt = step.command
@@ -164,6 +170,11 @@ class Disruption:
                     self.validate_at = self.env.now() + VALIDATION_DELAY
             return
         self.start(fresh)
+
+    def _eligible(self, counts: dict[str, int]) -> None:
+        gauge = self.env.metrics.eligible_nodes
+        for reason, n in counts.items():
+            gauge.labels(reason).set(n)
 
     def _remove_stale_taints(self) -> None:
         """Nodes that carry the disrupted taint but no command or deletion holds any more (upstream
@@ -435,6 +446,11 @@ class Orchestrator:
         r = Running(next(self.d._ids), cmd, cands, [sn.claim_name for sn in cands], replacements, now, nodepool,
                     budget, before)
         self.d.queue[r.id] = r
+        m = env.metrics  # as upstream: counted once the command is in the queue
+        decision, reason, ctype = cmd.decision, cmd.reason.lower(), CONSOLIDATION_TYPES.get(cmd.method, "")
+        for np_name in dict.fromkeys(sn.nodepool or "" for sn in cands):
+            m.decisions_by_nodepool.labels(np_name, decision, reason, ctype).inc()
+        m.decisions.labels(decision, reason, ctype).inc()
         env.log.info("disrupting node(s)", controller=self.d.name, command=cmd.describe(), reason=cmd.reason,
                      method=cmd.method, nodepool=nodepool, candidates=list(r.claims), replacements=list(replacements),
                      budget=budget, decision=cmd.decision, savings=round(cmd.savings, 6),
@@ -484,14 +500,18 @@ class Orchestrator:
                                          "DisruptionWaitingReadiness", "Waiting on readiness to continue disruption",
                                          dedupe=120.0)
             return 10.0
-        for sn in r.candidates:
+        consolidation = r.command.method in CONSOLIDATION_TYPES
+        for sn, cand in zip(r.candidates, r.command.candidates):
             if sn.claim is None or deleting(sn.claim):
                 continue
             self.d.emit_node(sn.name, "DisruptionTerminating", f"Disrupting Node: {r.command.reason}")
             try:
                 env.api.delete("NodeClaim", sn.claim_name)
             except E.NotFound:
-                pass
+                continue
+            policy = ((cand.nodepool.get("spec") or {}).get("disruption") or {}).get("consolidationPolicy") or \
+                "WhenEmptyOrUnderutilized" if consolidation else ""
+            env.metrics.disrupted(sn.claim, r.command.reason, len(cand.reschedulable), policy)
         del self.d.queue[cid]
         env.log.info("command succeeded", controller=self.name, **{"command-id": r.id}, outcome="succeeded")
         return None

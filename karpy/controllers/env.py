@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kube.registry import BY_KIND, NODECLASS_KINDS
+from ..metrics import KarpenterMetrics
 from ..runtime.events import Recorder
 from ..runtime.log import Logger
 from ..runtime.manager import Manager
@@ -61,6 +62,7 @@ class Env:
     recorder: Recorder
     log: Logger
     settings: Settings
+    metrics: KarpenterMetrics = field(default_factory=KarpenterMetrics)  # what /metrics serves (karpy.metrics)
 
     def now(self) -> float:
         return self.clock.now()

@@ -8,6 +8,7 @@ from ..kube.port import DELETED
 from ..kube.times import parse_time
 from ..runtime.events import ref
 from ..runtime.manager import deleting
+from ..state import pods as P
 from .env import Env
 
 
@@ -39,6 +40,14 @@ class Expiration:
             return at - now
         env.recorder.publish(ref(claim), "Expired", f"NodeClaim expired after {res.format_duration(d)}")
         env.api.delete("NodeClaim", name)
+        env.metrics.disrupted(claim, "Expired", self._reschedulable(claim))
         env.log.info("deleting expired nodeclaim", controller=self.name, NodeClaim={"name": name},
                      nodepool=(claim["metadata"].get("labels") or {}).get("karpenter.sh/nodepool"), reason="Expired")
         return None
+
+    def _reschedulable(self, claim: dict) -> int:
+        """The pods on the NodeClaim's node that will need a new home (DaemonSet and mirror pods left out)."""
+        sn = self.env.cluster.by_claim.get(claim["metadata"]["name"])
+        if sn is None:
+            return 0
+        return sum(1 for e in sn.pods.values() if e.active and not e.daemon and P.owner_kind(e.obj) != "Node")

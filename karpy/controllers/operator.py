@@ -58,6 +58,9 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
     cluster.ignore_dra = env.settings.ignore_dra_requests
     provisioner = Provisioner(env)
     disruption = Disruption(env, provisioner)
+    # the cloudprovider gauges (karpy.metrics), read at scrape time through the disruption controller's cache
+    env.metrics.reserved_capacity = env.settings.gate("ReservedCapacity")
+    env.metrics.instance_types = lambda: [disruption.instance_types(name).values() for name in list(cluster.nodepools)]
     for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),
               Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
               NodePoolStatus(env), GarbageCollection(env), disruption, disruption.orchestrator):

@@ -77,12 +77,15 @@ class PodTrigger:
     def _on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype != DELETED and P.is_provisionable(obj):
             self.env.mgr.enqueue(self, P.pod_key(obj))
+        elif etype == DELETED:
+            self.provisioner.forget(P.pod_key(obj))
 
     def reconcile(self, key: str) -> float | None:
         e = self.env.cluster.pods.get(key)
         if e is None or not P.is_provisionable(e.obj):
             return None
         self.provisioner.trigger(e.uid or key)
+        self.provisioner.acked.setdefault(key, self.env.now())  # first seen (upstream's AckPods)
         return POD_REQUEUE
 
 
@@ -130,6 +133,10 @@ class Provisioner:
         self._well_known_cache: tuple[int, tuple[frozenset[str], frozenset[str]]] | None = None
         self.ignored: list[tuple[PodEntry, str]] = []  # pending pods the last provisionable() left out, and why
         self.solves = 0
+        # pod key -> when the pod controller first saw it pending, and the pods a decision was made for
+        # (karpenter_pods_scheduling_decision_duration_seconds); both forget a pod when it is deleted
+        self.acked: dict[str, float] = {}
+        self.decided: set[str] = set()
         self.buffer_pods: dict[str, int] = {}  # node name -> CapacityBuffer virtual pods the last pass put there
 
     def setup(self, mgr) -> None:
@@ -347,6 +354,20 @@ class Provisioner:
     def _leaving(sn: StateNode | None) -> bool:
         return sn is not None and (sn.marked or sn.deleting())
 
+    def forget(self, key: str) -> None:
+        self.acked.pop(key, None)
+        self.decided.discard(key)
+
+    def _decided(self, entries) -> None:
+        """A first scheduling decision (placed, failed or ignored) for these pods: how long they waited for it."""
+        now = self.env.now()
+        hist = self.env.metrics.scheduling_decision
+        for e in entries:
+            t = self.acked.get(e.key)
+            if t is not None and e.key not in self.decided:
+                self.decided.add(e.key)
+                hist.observe(now - t)
+
     # --- the loop ------------------------------------------------------------------------------
     def schedule(self) -> None:
         started = time.perf_counter()  # upstream logs how long finding the pods and solving took
@@ -378,7 +399,16 @@ class Provisioner:
                       reserved_strict=True,  # upstream's provisioner: DisableReservedCapacityFallback
                       ignore_dra=env.settings.ignore_dra_requests)
         infos = [c.pod_info(e) for e in pods]
+        m = env.metrics
+        m.queue(self.name, str(self.solves), len(infos))
+        solve_started = time.perf_counter()
         results = s.solve(infos)
+        took = time.perf_counter() - solve_started
+        m.queue(self.name, str(self.solves), 0)
+        m.scheduling_duration.labels(self.name).observe(took)
+        m.provisioner_scheduling_duration.observe(took)
+        m.unschedulable_pods.labels(self.name).set(
+            sum(1 for why in results.errors.values() if RESERVED_OFFERING_ERROR not in why))
         if env.settings.gate(capacitybuffer.GATE):
             failed = [i for i in infos if i.key in results.errors and capacitybuffer.is_virtual(i.key, i.obj)]
             self.buffer_pods = capacitybuffer.record(env, results.existing, [nc.pods for nc in results.new_nodeclaims],
@@ -387,6 +417,8 @@ class Provisioner:
             env.log.info("found provisionable pod(s)", controller=self.name, Pods=pretty_slice([e.key for e in pods], 5),
                          duration=go_duration(time.perf_counter() - started))
         self._apply(results, problems, classes)
+        self._decided(e for e, _ in self.ignored)
+        self._decided(pending)
         self._last_noop = None if results.new_nodeclaims or results.existing else (c.version, noop_key[1], noop_key[2])
 
     def _apply(self, results: Results, problems: dict[str, str], classes: dict[str, tuple[dict, dict]]) -> None:

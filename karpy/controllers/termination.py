@@ -32,6 +32,7 @@ EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 DEFAULT_POD_GRACE = 30  # seconds: the API server's default terminationGracePeriodSeconds
 DRAIN_BLOCKED_RETRY = 10.0  # between passes when every remaining pod is blocked
 CRITICAL = ("system-cluster-critical", "system-node-critical")
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
 STUCK_TERMINATING_AFTER = 60.0  # seconds past its deletionTimestamp after which a terminating pod is not waited on
 
 
@@ -84,6 +85,7 @@ class Termination:
             return waiting
         if claim is not None and not is_true(claim, "Drained"):
             self._set_drained(env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim, "True")
+            env.metrics.nodes_drained.labels((node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL, "")).inc()
         if claim is not None:
             claim = env.mgr.get("NodeClaim", claim["metadata"]["name"]) or claim
         waiting = self._await_volume_detachment(node, claim, deadline)
@@ -188,6 +190,8 @@ class Termination:
         if not waiting:
             return None
         reason = _eviction_reason(claim)
+        metric_reason = "" if claim is None else reason  # upstream's label: empty when the node has no NodeClaim
+        drained, requests = env.metrics.pods_drained, env.metrics.eviction_requests
         evicted = 0
         if deadline is not None:
             # each pod is deleted early enough to get its terminationGracePeriodSeconds before the node's
@@ -208,6 +212,7 @@ class Termination:
                                        grace_period_seconds=grace)
                     except E.NotFound:
                         pass
+                    drained.labels(metric_reason).inc()
                     evicted += 1
                 else:
                     keep.append(e)
@@ -229,19 +234,24 @@ class Termination:
                 try:
                     env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
                 except E.TooManyRequests:
+                    requests.labels("429").inc()
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f"Failed to drain node, evicting pod violates a PDB (Pod={e.key})", "Warning",
                                          dedupe=120.0)
                     continue
                 except E.InternalError as err:
+                    requests.labels("500").inc()
                     if "more than one PodDisruptionBudget" in str(err):
                         env.recorder.publish(ref(node), "FailedDraining",
                                              f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
                                              "Warning", dedupe=120.0)
                         continue
                     raise
-                except (E.NotFound, E.Conflict):
+                except (E.NotFound, E.Conflict) as err:
+                    requests.labels("404" if isinstance(err, E.NotFound) else "409").inc()
                     continue
+                requests.labels("200").inc()
+                drained.labels(metric_reason).inc()
                 env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {reason}", annotations=pod_annotations(e.obj))
                 evicted += 1
         env.mgr.pump()
@@ -259,6 +269,15 @@ class Termination:
                 "finalizers": [f for f in node["metadata"].get("finalizers") or () if f != FINALIZER]}})
         except E.NotFound:
             return None
+        labels = node["metadata"].get("labels") or {}
+        nodepool, now, m = labels.get(NODEPOOL_LABEL, ""), env.now(), env.metrics
+        m.nodes_terminated.labels(nodepool, labels.get("topology.kubernetes.io/zone", "")).inc()
+        since = parse_time(node["metadata"].get("deletionTimestamp"))
+        if since is not None:
+            m.termination_duration.labels(nodepool).observe(max(0.0, now - since))
+        born = parse_time(node["metadata"].get("creationTimestamp"))
+        if born is not None:
+            m.lifetime.labels(nodepool).observe(max(0.0, now - born))
         env.log.info("deleted node", controller=self.name, Node={"name": node["metadata"]["name"]})
         return None
 

@@ -109,6 +109,8 @@ class Event:
 class StepResult:
     command: Command | None
     events: list[Event] = field(default_factory=list)
+    # disruption reason -> the candidates its method found this pass (upstream's eligible_nodes gauge)
+    eligible: dict[str, int] = field(default_factory=dict)
 
 
 # --- prices -------------------------------------------------------------------------------
@@ -307,6 +309,9 @@ class DisruptionEngine:
     def __init__(self) -> None:
         # method -> (state version, time) of its last no-op that budgets did not constrain
         self._consolidated: dict[str, tuple[int, float]] = {}
+        self._eligible: dict[str, int] = {}  # what the methods of the current pass found (StepResult.eligible)
+        # candidates the last validate() rejected, counted as upstream's failed_validations_total counts them
+        self.failed_validations = 0
 
     def _skip(self, method: str, version: int, now: float) -> bool:
         seen = self._consolidated.get(method)
@@ -319,6 +324,7 @@ class DisruptionEngine:
         """One pass of the methods in order (``after``: only the methods after that one, as upstream's pass goes
         on when a method's command fails validation)."""
         out = StepResult(None)
+        self._eligible = out.eligible
         methods = ("emptiness", "static_drift", "drift", "optimizer", "multi", "single")
         if after is not None:
             methods = methods[methods.index(after) + 1:]
@@ -393,6 +399,7 @@ class DisruptionEngine:
     # --- emptiness --------------------------------------------------------------------
     def _emptiness(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
         cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._empty_filter(c, events)]
+        self._eligible["empty"] = len(cands)
         if not cands:
             return None, False
         budgets = self._budget_events(snapshot, EMPTY, events)
@@ -404,6 +411,7 @@ class DisruptionEngine:
     # --- drift --------------------------------------------------------------------------
     def _drift(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
         cands = [c for c in self._candidates(snapshot, EVENTUAL, events) if c.node.drifted and not is_static(c.nodepool)]
+        self._eligible["drifted"] = len(cands)
         if not cands:
             return None, False
         budgets = self._budget_events(snapshot, DRIFTED, events)
@@ -532,6 +540,7 @@ class DisruptionEngine:
     # --- multi-node ---------------------------------------------------------------------
     def _multi(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
         cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
+        self._eligible["underutilized"] = len(cands)
         if len(cands) < 2:
             return None, False
         budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
@@ -587,6 +596,7 @@ class DisruptionEngine:
     # --- single-node --------------------------------------------------------------------
     def _single(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:
         cands = [c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)]
+        self._eligible["underutilized"] = len(cands)
         if not cands:
             return None, False
         budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
@@ -623,19 +633,26 @@ class DisruptionEngine:
 
     # --- validation ---------------------------------------------------------------------
     def validate(self, snapshot: ClusterSnapshot, cmd: Command) -> tuple[Command | None, str | None]:
-        """Re-check a command after the validation wait: None and why when it no longer holds."""
+        """Re-check a command after the validation wait: None and why when it no longer holds.
+        :attr:`failed_validations` is set to the candidates rejected, as upstream counts them: every candidate
+        when none is left (emptiness) or any changed, was nominated or is out of budget (consolidation); each
+        candidate nominated or out of budget (emptiness); none when only the scheduling simulation differs."""
         events: list[Event] = []
+        self.failed_validations = 0
         if cmd.method == "emptiness":
             cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._empty_filter(c, events)}
             budgets = budget_mapping(snapshot.nodepools, [n for n in snapshot.nodes if n.managed], EMPTY, snapshot.now)
             kept = []
             why = "churn"
+            if not any(c.name in cands for c in cmd.candidates):
+                self.failed_validations = len(cmd.candidates)
             for c in cmd.candidates:
                 fresh = cands.get(c.name)
                 if fresh is None:
                     continue
                 if fresh.node.nominated or budgets.get(fresh.node.nodepool, 0) <= 0:
                     why = "budget"
+                    self.failed_validations += 1
                     continue
                 budgets[fresh.node.nodepool] -= 1
                 kept.append(fresh)
@@ -646,12 +663,12 @@ class DisruptionEngine:
             cands = {c.name: c for c in self._candidates(snapshot, GRACEFUL, events) if self._consolidation_filter(c, events)}
             fresh = [cands.get(c.name) for c in cmd.candidates]
             if any(f is None for f in fresh):
+                self.failed_validations = len(cmd.candidates)
                 return None, "churn"
             budgets = budget_mapping(snapshot.nodepools, [n for n in snapshot.nodes if n.managed], UNDERUTILIZED, snapshot.now)
             for f in fresh:
-                if f.node.nominated:
-                    return None, "budget"
-                if budgets.get(f.node.nodepool, 0) <= 0:
+                if f.node.nominated or budgets.get(f.node.nodepool, 0) <= 0:
+                    self.failed_validations = len(cmd.candidates)
                     return None, "budget"
                 budgets[f.node.nodepool] -= 1
             sim = simulate(snapshot, fresh, consolidation=True, refine=cmd.method == "optimizer")

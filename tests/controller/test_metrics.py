@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from karpy.controller.metrics import Metrics
+from karpy.metrics import KarpenterMetrics
 from karpy.runtime.clock import SimClock
 from karpy.runtime.log import Logger
 
@@ -31,22 +32,18 @@ def test_metrics_text():
     mgr.store["NodePool"][("", "default")] = {"metadata": {"name": "default"}, "spec": {"limits": {"cpu": "100"}},
                                               "status": {"resources": {"cpu": "4", "nodes": "1"}}}
 
-    class Prov:
-        name = "provisioner"
-        solves = 0
-
-    prov = Prov()
+    core = KarpenterMetrics()  # the controllers' own metrics, which /metrics serves beside these
     log = Logger(SimClock(0), level="error")
     m = Metrics()
-    m.attach(mgr, log, prov)
+    m.attach(mgr, log, core)
     log.info("created nodeclaim", controller="provisioner", NodePool={"name": "default"},
              NodeClaim={"name": "default-abc"}, reason="provisioning")
     log.info("created nodeclaim", controller="disruption", NodePool={"name": "default"},
              NodeClaim={"name": "default-abc"}, reason="Underutilized")
     log.info("deleted nodeclaim", controller="nodeclaim.lifecycle", NodeClaim={"name": "default-abc"})
-    log.info("disrupting node(s)", controller="disruption", reason="Underutilized", method="single",
-             decision="replace")
-    prov.solves = 1
+    core.decisions.labels("replace", "underutilized", "single").inc()
+    core.scheduling_duration.labels("provisioner").observe(0.02)
+    core.provisioner_scheduling_duration.observe(0.02)
     mgr.on_reconcile("provisioner", 0.02, False)
     mgr.on_reconcile("nodeclaim.lifecycle", 0.01, True)
     text = m.text().decode()
