@@ -226,6 +226,35 @@ def test_a_node_holding_a_dra_pod_is_not_consolidated(with_claim):
         assert len(replacements) == 1
 
 
+def test_a_pending_dra_pod_does_not_hold_back_consolidation():
+    """A pending pod's failure does not count against a candidate (upstream's AllNonPendingPodsScheduled): a pod
+    refused for its resource claims leaves the oversized node's consolidation alone."""
+    h = Harness()
+    h.setup(nodepool(consolidate_after="0s", policy="WhenEmptyOrUnderutilized"))
+    claim, node = h.launch_node(instance_types=["c-16x-amd64-linux"])
+    h.pod_on(node["metadata"]["name"], cpu="1", owner=RS)
+    h.create(_dra_pod("dra"))
+    h.reconcile("nodeclaim.disruption", claim["metadata"]["name"])
+    _consolidation_pass(h)
+    assert len([c for c in h.nodeclaims() if c["metadata"]["name"] != claim["metadata"]["name"]]) == 1
+
+
+def test_a_drifted_node_holding_a_dra_pod_is_not_replaced():
+    """Drift replaces a node only when its pods reschedule; a pod referencing a ResourceClaim does not."""
+    h = Harness()
+    h.setup(nodepool(consolidate_after="Never"))
+    claim, node = h.launch_node(instance_types=["c-4x-amd64-linux"])
+    h.pod_on(node["metadata"]["name"], cpu="1", owner=RS,
+             resourceClaims=[{"name": "gpu", "resourceClaimName": "gpu-claim"}])
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}})
+    h.reconcile("nodeclaim.disruption", claim["metadata"]["name"])
+    assert cond_status(h.get("NodeClaim", claim["metadata"]["name"]), "Drifted") == "True"
+    h.clear_queue()
+    h.reconcile("disruption")
+    assert h.disruption.queue == {} and [c["metadata"]["name"] for c in h.nodeclaims()] == [claim["metadata"]["name"]]
+    assert not deleting(h.get("NodeClaim", claim["metadata"]["name"]))
+
+
 # --- input ----------------------------------------------------------------------------------------------------
 
 
