@@ -255,3 +255,17 @@ def test_the_fleet_is_offered_the_60_cheapest_types(env):
     offered = set(_override_types(faults))
     assert len(offered) == 60
     assert offered <= expected, sorted(offered - expected)
+
+
+def test_a_neuroncore_request_launches_inf2(env):
+    p, nc, faults, account = env
+    # the AL2023 neuron AMI the EC2NodeClass resolves for accelerated types (moto's SSM holds only the standard ones)
+    nc["status"]["amis"].append({"id": "ami-0a2023x8600000001", "requirements": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "karpenter.k8s.aws/instance-accelerator-count", "operator": "Exists"}]})
+    inf2 = next(t for t in p.get_instance_types({}, nc) if t.name == "inf2.xlarge")
+    assert inf2.capacity["aws.amazon.com/neuroncore"] == 2  # one Inferentia2 device of 2 cores
+    new, out = provision(p, nc, [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["inf2.xlarge"]}],
+                         pod_cpu="0.1", requests={"aws.amazon.com/neuroncore": "2"})
+    assert out["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "inf2.xlarge"
+    assert [i["InstanceType"] for i in account.instances()] == ["inf2.xlarge"]
