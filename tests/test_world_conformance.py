@@ -281,3 +281,172 @@ def test_volume_attachments_are_waited_on_until_the_termination_grace_period_end
     _finish(h, node)
     assert h.get("Node", node) is None
     assert h.get("VolumeAttachment", "va-foo") is not None
+
+
+# --- default topology spread: selectors deduced from Services -----------------------------------------------
+
+ZONE_DEFAULT = {"topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 1}
+
+
+def _api():
+    from karpy.kube.memory import MemoryAPI
+    from karpy.runtime.clock import SimClock
+
+    return MemoryAPI(SimClock(0.0))
+
+
+def _service(api, selector, name=None, namespace="default") -> dict:
+    spec: dict = {"ports": [{"port": 80}]}
+    if selector is not None:
+        spec["selector"] = dict(selector)
+    return api.create({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": name or f"svc-{len(api.list('Service')[0])}", "namespace": namespace},
+                       "spec": spec})
+
+
+def _owner(api, kind: str, name: str, selector) -> dict:
+    api_version = "v1" if kind == "ReplicationController" else "apps/v1"
+    labels = dict(selector)
+    if kind != "ReplicationController":
+        selector = {"matchLabels": dict(selector)}
+    obj = api.create({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "default"},
+                      "spec": {"replicas": 1, "selector": selector,
+                               "template": {"metadata": {"labels": labels},
+                                            "spec": {"containers": [{"name": "c", "image": "app:1"}]}}}})
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": obj["metadata"]["uid"], "controller": True}
+
+
+def _deduce(api, labels: dict, *owners: dict):
+    """The selector the default zone constraint carries on the pod as karpy's schedulers compile it (the injector
+    wired as ``karpy simulate`` and the sandbox wire it, reading the API): (matchLabels, sorted expressions), or None
+    when the pod is not defaulted."""
+    from karpy.scheduling.default_spread import DefaultSpread
+    from karpy.state.pods import PodCompiler
+
+    c = PodCompiler()
+    c.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], api)
+    p = {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": "p", "namespace": "default", "uid": "p-uid", "labels": dict(labels),
+                      "ownerReferences": list(owners)},
+         "spec": {"containers": [{"name": "c", "image": "app:1", "resources": {"requests": {"cpu": "100m"}}}]}}
+    info = c.compile(p)
+    if not info.spread:
+        return None
+    (sc,) = info.spread
+    return dict(sc.selector.match_labels), sorted((k, op, tuple(v)) for k, op, v in sc.selector.expressions)
+
+
+def _selects(api, labels: dict, pod_labels: dict, *owners: dict) -> bool:
+    from karpy.scheduling.default_spread import DefaultSpread
+    from karpy.state.pods import PodCompiler
+
+    c = PodCompiler()
+    c.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], api)
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "default", "uid": "q-uid",
+                                                        "labels": dict(labels), "ownerReferences": list(owners)},
+         "spec": {"containers": [{"name": "c", "image": "app:1"}]}}
+    (sc,) = c.compile(p).spread
+    return sc.selector.matches(pod_labels)
+
+
+def test_a_matching_service_gives_its_selector():
+    """defaultconstraints_test.go It("should deduce a selector from a matching service"): equality labels only."""
+    api = _api()
+    _service(api, {"app": "web"})
+    assert _deduce(api, {"app": "web", "extra": "ignored"}) == ({"app": "web"}, [])
+
+
+def test_every_matching_services_selector_is_merged():
+    """defaultconstraints_test.go It("should merge the selectors of every matching service")."""
+    api = _api()
+    _service(api, {"app": "web"})
+    _service(api, {"tier": "frontend"})
+    assert _deduce(api, {"app": "web", "tier": "frontend"}) == ({"app": "web", "tier": "frontend"}, [])
+
+
+def test_a_service_that_does_not_match_gives_nothing():
+    """defaultconstraints_test.go It("should not deduce a selector from a non-matching service")."""
+    api = _api()
+    _service(api, {"app": "other"})
+    assert _deduce(api, {"app": "web"}) is None
+
+
+def test_a_service_without_a_selector_is_skipped():
+    """defaultconstraints_test.go It("should skip a service with a nil selector")."""
+    api = _api()
+    _service(api, None)
+    assert _deduce(api, {"app": "web"}) is None
+
+
+def test_a_service_with_an_empty_selector_contributes_nothing():
+    """defaultconstraints_test.go It("should contribute nothing for a service with an empty selector")."""
+    api = _api()
+    _service(api, {})
+    assert _deduce(api, {"app": "web"}) is None
+
+
+def test_a_matching_service_of_another_namespace_is_ignored():
+    """defaultconstraints_test.go It("should ignore a matching service in another namespace")."""
+    api = _api()
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
+    _service(api, {"app": "web"}, namespace="other")
+    assert _deduce(api, {"app": "web"}) is None
+
+
+def test_a_service_selector_is_combined_with_the_owners():
+    """defaultconstraints_test.go It("should combine a service selector with the owner's"): the Service gives
+    matchLabels, the ReplicaSet matchExpressions."""
+    api = _api()
+    rs = _owner(api, "ReplicaSet", "web", {"app": "web", "pod-template-hash": "abc123"})
+    _service(api, {"tier": "frontend"})
+    assert _deduce(api, {"app": "web", "pod-template-hash": "abc123", "tier": "frontend"}, rs) == (
+        {"tier": "frontend"}, [("app", "In", ("web",)), ("pod-template-hash", "In", ("abc123",))])
+
+
+def test_a_replication_controllers_selector_overwrites_a_conflicting_service_label():
+    """defaultconstraints_test.go It("should let a ReplicationController's selector overwrite a conflicting service
+    label"): labels merged, the controller's value wins, so the selector still selects its pods."""
+    api = _api()
+    rc = _owner(api, "ReplicationController", "legacy", {"app": "legacy"})
+    _service(api, {"app": "web"})
+    assert _deduce(api, {"app": "web"}, rc) == ({"app": "legacy"}, [])
+
+
+def test_a_replicasets_conflicting_selector_is_anded_and_selects_nothing():
+    """defaultconstraints_test.go It("should AND a ReplicaSet's conflicting selector, selecting nothing")."""
+    api = _api()
+    rs = _owner(api, "ReplicaSet", "rs", {"app": "other"})
+    _service(api, {"app": "web"})
+    assert _deduce(api, {"app": "web"}, rs) == ({"app": "web"}, [("app", "In", ("other",))])
+    assert not _selects(api, {"app": "web"}, {"app": "web"}, rs)
+    assert not _selects(api, {"app": "web"}, {"app": "other"}, rs)
+
+
+def _pods_per_zone(h: Harness) -> list[int]:
+    out: dict[str, int] = {}
+    for c in h.nodeclaims():
+        zone = ",".join(next(r["values"] for r in c["spec"]["requirements"] if r["key"] == "topology.kubernetes.io/zone"))
+        out[zone] = out.get(zone, 0) + int(c["spec"]["resources"]["requests"]["pods"])
+    return sorted(out.values())
+
+
+@pytest.mark.parametrize("with_service", [True, False])
+def test_a_service_gives_a_job_pod_the_default_spread(h, with_service):
+    """topology_test.go It("should deduce a selector from a matching service for a pod with no supported owner"): four
+    pods of a Job (an owner kube-scheduler deduces nothing from) that a Service selects spread 1/1/2 over three zones;
+    without the Service they get no default and share one NodeClaim."""
+    from karpy.scheduling.default_spread import DefaultSpread
+
+    h.cluster.compiler.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], h.api)
+    h.setup(nodepool(zones=("test-zone-a", "test-zone-b", "test-zone-c")))
+    if with_service:
+        _service(h.api, {"app": "batch"})
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "test-job", "uid": "test-job-uid", "controller": True}
+    made = h.create(*(pod(f"job-{i}", cpu="1", labels={"app": "batch"}, owner=job, unschedulable=True)
+                      for i in range(4)))
+    for p in made:
+        h.reconcile("provisioner.trigger.pod", f"default/{p['metadata']['name']}")
+    h.tick(h.settings.batch_idle)
+    h.reconcile("provisioner")
+    assert _pods_per_zone(h) == ([1, 1, 2] if with_service else [4])
+    assert len(h.nodeclaims()) == (3 if with_service else 1)

@@ -55,6 +55,8 @@ TYPES: list[ResourceType] = [
     ResourceType("", "v1", "Secret", "secrets", True),
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",)),
     ResourceType("", "v1", "Service", "services", True, ("svc",), ("all",), _STATUS),
+    ResourceType("", "v1", "ReplicationController", "replicationcontrollers", True, ("rc",), ("all",),
+                 ("status", "scale")),
     ResourceType("apps", "v1", "Deployment", "deployments", True, ("deploy",), ("all",), ("status", "scale")),
     ResourceType("apps", "v1", "ReplicaSet", "replicasets", True, ("rs",), ("all",), ("status", "scale")),
     ResourceType("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",), ("all",), ("status", "scale")),

@@ -138,7 +138,7 @@ class Simulation:
         if defaults:
             # (the owner is read from the API rather than the informer cache, so the order in which pods and their
             # owners reach the cache cannot decide whether a pod is defaulted)
-            compiler.default_spread = DefaultSpread(defaults, lambda kind, ns, name: self.api.try_get(kind, name, ns))
+            compiler.default_spread = DefaultSpread.from_api(defaults, self.api)
         self.world = World(self.mgr, self.api, self.clock, self.cloud, compiler)
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)

@@ -1192,16 +1192,16 @@ def test_kubectl_commands(both):
 # more are served; these are not): the gaps, reported as such
 NOT_SERVED = frozenset({
     "apiservices.apiregistration.k8s.io", "certificatesigningrequests.certificates.k8s.io", "componentstatuses",
-    "controllerrevisions.apps", "cronjobs.batch", "csidrivers.storage.k8s.io", "csinodes.storage.k8s.io",
+    "controllerrevisions.apps", "cronjobs.batch", "csidrivers.storage.k8s.io",
     "csistoragecapacities.storage.k8s.io", "endpoints", "endpointslices.discovery.k8s.io",
     "flowschemas.flowcontrol.apiserver.k8s.io", "horizontalpodautoscalers.autoscaling",
     "ingressclasses.networking.k8s.io", "ingresses.networking.k8s.io", "ipaddresses.networking.k8s.io",
     "limitranges", "mutatingwebhookconfigurations.admissionregistration.k8s.io",
     "networkpolicies.networking.k8s.io", "prioritylevelconfigurations.flowcontrol.apiserver.k8s.io",
-    "replicationcontrollers", "resourcequotas", "servicecidrs.networking.k8s.io", "tokenreviews.authentication.k8s.io",
+    "resourcequotas", "servicecidrs.networking.k8s.io", "tokenreviews.authentication.k8s.io",
     "validatingadmissionpolicies.admissionregistration.k8s.io",
     "validatingadmissionpolicybindings.admissionregistration.k8s.io",
-    "validatingwebhookconfigurations.admissionregistration.k8s.io", "volumeattachments.storage.k8s.io",
+    "validatingwebhookconfigurations.admissionregistration.k8s.io",
 })
 # DELIBERATE: what the sandbox serves and kube-apiserver alone does not: metrics-server's API, for kubectl top
 # (docs/departures.md)
