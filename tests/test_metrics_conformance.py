@@ -262,3 +262,148 @@ def test_single_node_consolidation_counts_invalidated_commands(invalidate):
     _pass(h)
     assert h.disruption.queue == {}
     assert _failed(h, "single") == 1
+
+
+# --- node termination (node/termination/suite_test.go, Metrics) ----------------------------------------------
+
+TERMINATION = "node.termination"
+
+
+def _terminate(h: Harness) -> tuple[str, str]:
+    """A managed node deleted and taken through its drain (upstream: reconcile, step 2 x MinDrainTime, reconcile),
+    and its instance's termination (immediate in the simulated cloud); returns (NodeClaim, Node)."""
+    h.setup(_pool(consolidate_after="Never"))
+    claim, node = h.launch_node("default", instance_types=[SMALL])
+    claim, node = claim["metadata"]["name"], node["metadata"]["name"]
+    h.tick(3600)  # an hour old
+    h.delete("Node", node)
+    assert h.reconcile(TERMINATION, node) is not None  # taint, start the drain
+    h.tick(2 * MIN_DRAIN_TIME)
+    h.reconcile(TERMINATION, node)  # drained, instance terminated
+    h.reconcile(TERMINATION, node)
+    assert h.get("Node", node) is None
+    return claim, node
+
+
+def test_termination_fires_the_termination_duration_summary():
+    """It("should fire the terminationSummary metric when deleting nodes")"""
+    h = Harness()
+    _terminate(h)
+    assert value(h, "karpenter_nodes_termination_duration_seconds_count", nodepool="default") == 1
+    assert value(h, "karpenter_nodes_termination_duration_seconds_sum", nodepool="default") == \
+        pytest.approx(2 * MIN_DRAIN_TIME)
+
+
+def test_termination_counts_drained_and_terminated_nodes():
+    """It("should fire the nodesTerminated counter metric when deleting nodes")"""
+    h = Harness()
+    claim, node = _terminate(h)
+    zone = h.get("NodeClaim", claim)["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    assert value(h, "karpenter_nodes_terminated_total", nodepool="default", zone=zone) == 1
+    assert value(h, "karpenter_nodes_drained_total", nodepool="default") == 1  # once per node
+
+
+def test_termination_fires_the_node_lifetime_histogram():
+    """It("should fire the lifetime duration histogram metric when deleting nodes")"""
+    h = Harness()
+    _terminate(h)
+    assert value(h, "karpenter_nodes_lifetime_duration_seconds_count", nodepool="default") == 1
+    # an hour and the drain: in the 2 h bucket, not the 1 h one
+    assert value(h, "karpenter_nodes_lifetime_duration_seconds_bucket", nodepool="default", le="3600.0") == 0
+    assert value(h, "karpenter_nodes_lifetime_duration_seconds_bucket", nodepool="default", le="7200.0") == 1
+
+
+# --- evictions (node/termination/terminator/suite_test.go, Eviction API) ------------------------------------
+
+
+def test_an_eviction_counts_a_drained_pod_and_a_200_eviction_request():
+    """It("should increment PodsDrainedTotal metric when a pod is evicted"): a node without a NodeClaim, so the
+    reason is empty."""
+    from controllers.harness import node as node_manifest
+
+    h = Harness()
+    h.setup(_pool())
+    h.create(node_manifest("plain"))
+    h.patch("Node", "plain", {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    h.pod_on("plain", name="p", owner=RS)
+    h.delete("Node", "plain")
+    h.reconcile(TERMINATION, "plain")
+    assert [e["involvedObject"]["name"] for e in h.events("Evicted")] == ["p"]
+    assert value(h, "karpenter_pods_drained_total", reason="") == 1
+    assert value(h, "karpenter_pods_eviction_requests_total", code="200") == 1
+
+
+def test_an_eviction_is_counted_with_the_nodeclaims_disruption_reason():
+    """It("should increment PodsDrainedTotal metric with specific reason when a pod is evicted")"""
+    from karpy.kube.times import fmt_time
+
+    h = Harness()
+    h.setup(_pool(consolidate_after="Never"))
+    c, n = h.launch_node("default", instance_types=[SMALL])
+    claim, node = c["metadata"]["name"], n["metadata"]["name"]
+    st = dict(h.get("NodeClaim", claim)["status"])
+    st["conditions"] = list(st["conditions"]) + [{
+        "type": "DisruptionReason", "status": "True", "reason": "SpotInterruption",
+        "message": "Node is being interrupted", "lastTransitionTime": fmt_time(h.now())}]
+    h.patch("NodeClaim", claim, {"status": st}, subresource="status")
+    h.pod_on(node, name="p", owner=RS)
+    h.delete("Node", node)
+    h.reconcile(TERMINATION, node)
+    assert value(h, "karpenter_pods_drained_total", reason="SpotInterruption") == 1
+    assert value(h, "karpenter_pods_eviction_requests_total", code="200") == 1
+
+
+# --- expiration (nodeclaim/expiration/suite_test.go, Metrics) -----------------------------------------------
+
+EXPIRATION = "nodeclaim.expiration"
+
+
+def _expired(capacity: str = "on-demand", pods: int = 0, daemon_pods: int = 0) -> Harness:
+    h = Harness()
+    h.setup(nodepool(expire_after="30s", capacity=(capacity,)))
+    c, n = h.launch_node("default", instance_types=[SMALL])
+    for _ in range(pods):
+        h.pod_on(n["metadata"]["name"], cpu="100m", owner=RS)
+    for _ in range(daemon_pods):
+        h.pod_on(n["metadata"]["name"], cpu="100m", owner=DS)
+    h.tick(60)
+    name = c["metadata"]["name"]
+    assert h.reconcile(EXPIRATION, name) is None
+    assert deleting(h.get("NodeClaim", name))
+    return h
+
+
+def _expired_labels(capacity: str) -> dict[str, str]:
+    return {"reason": "expired", "nodepool": "default", "capacity_type": capacity, "consolidation_policy": "",
+            "termination_mode": "graceful"}
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "spot"])
+def test_expiration_fires_nodeclaims_disrupted_total(capacity):
+    """It("should fire a karpenter_nodeclaims_disrupted_total metric when expired") (on-demand, then spot)"""
+    h = _expired(capacity)
+    assert value(h, "karpenter_nodeclaims_disrupted_total", **_expired_labels(capacity)) == 1
+
+
+def test_expiration_counts_the_reschedulable_pods_it_disrupts():
+    """It("should fire karpenter_pods_disruption_initiated_total by the count of reschedulable pods on the node when
+    expired"): two ReplicaSet pods count, the DaemonSet pod does not."""
+    h = _expired(pods=2, daemon_pods=1)
+    assert value(h, "karpenter_nodeclaims_disrupted_total", **_expired_labels("on-demand")) == 1
+    assert value(h, "karpenter_pods_disruption_initiated_total", **_expired_labels("on-demand")) == 2
+
+
+def test_a_disruption_command_counts_its_disrupted_nodeclaims_and_pods():
+    """queue.go: a command's candidates are counted as they are deleted, with the NodePool's consolidation policy."""
+    h = Harness()
+    h.setup(_pool())
+    for _ in range(3):
+        _node(h, it=SMALL, pods=1)
+    _validated_pass(h)
+    (r,) = h.disruption.queue.values()
+    assert r.command.decision == "delete"
+    h.reconcile(QUEUE, r.id)
+    labels = {"reason": "underutilized", "nodepool": "default", "capacity_type": "on-demand",
+              "consolidation_policy": "when_empty_or_underutilized", "termination_mode": "graceful"}
+    assert value(h, "karpenter_nodeclaims_disrupted_total", **labels) == len(r.candidates)
+    assert value(h, "karpenter_pods_disruption_initiated_total", **labels) == len(r.candidates)
