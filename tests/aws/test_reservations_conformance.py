@@ -60,3 +60,45 @@ def test_nothing_launches_into_an_expiring_capacity_block(env):
     labels = p.create(c)["metadata"]["labels"]
     assert labels["karpenter.sh/capacity-type"] == "on-demand"
     assert "karpenter.k8s.aws/capacity-reservation-id" not in labels
+
+
+def test_with_the_gate_off_reservations_give_no_offering(env):
+    """Feature gate ReservedCapacity off (upstream's resolver returns the offerings unchanged): no reserved offering,
+    and a NodeClaim allowing reserved or on-demand launches on-demand."""
+    p, nc, _, _ = env
+    _with_capacity_block(p, nc, "active")
+    p.reserved_capacity = False
+    it = next(t for t in p.get_instance_types({}, nc) if t.name == CR_TYPE)
+    assert [o for o in it.offerings if o.capacity_type == "reserved"] == []
+    c = claim("nc-cb", types=(CR_TYPE,))
+    for r in c["spec"]["requirements"]:
+        if r["key"] == "karpenter.sh/capacity-type":
+            r["values"] = ["reserved", "on-demand"]
+    labels = p.create(c)["metadata"]["labels"]
+    assert labels["karpenter.sh/capacity-type"] == "on-demand"
+
+
+@pytest.mark.parametrize("gates,on", [("", True), ("ReservedCapacity=false", False)])
+def test_the_controller_feature_gate_reaches_the_ec2_provider(account, ec2_catalog, monkeypatch, gates, on):
+    from karpy.cloudprovider.ec2.controllers import build_aws
+    from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+    from karpy.controller.settings import resolve
+    from karpy.kube.memory import MemoryAPI
+    from karpy.runtime.clock import SimClock
+    from karpy.runtime.events import Recorder
+    from karpy.runtime.log import Logger
+    from karpy.runtime.manager import Manager
+
+    from .conftest import CLUSTER, SSM_ROOT, preload
+
+    monkeypatch.setattr(InstanceTypes, "refresh", lambda self: preload(self, ec2_catalog))  # moto's catalog, loaded once
+    flags = {"cloud_provider": "aws", "cluster_name": CLUSTER, "cluster_endpoint": "https://example.eks.amazonaws.com"}
+    if gates:
+        flags["feature_gates"] = gates
+    settings = resolve(flags, {})
+    clock = SimClock(0.0)
+    api = MemoryAPI(clock)
+    provider, _, workers = build_aws(settings, api, Manager(api, clock, strict=True), clock, Recorder(api, clock),
+                                     Logger(clock, level="error", keep=False), ssm_root=SSM_ROOT)
+    assert workers == []
+    assert provider.reserved_capacity is on

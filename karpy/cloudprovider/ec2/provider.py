@@ -117,6 +117,7 @@ class EC2CloudProvider:
         self._types_lock = threading.Lock()
         self._lt_lock = threading.Lock()
         self.reservations: dict[str, int] = {}  # capacity reservation id -> free instances (the NodeClass status pass)
+        self.reserved_capacity = True  # feature gate ReservedCapacity: off, reservations give no offering
         self.fleets = create_fleet_batcher(clients)
         self.describes = describe_instances_batcher(clients)
         self.terminations = terminate_instances_batcher(clients)
@@ -165,8 +166,8 @@ class EC2CloudProvider:
 
     def _with_reservations(self, types: list[InstanceType], crs: list[dict]) -> list[InstanceType]:
         """A ``reserved`` offering per selected capacity reservation (upstream: priced at the on-demand price
-        / 10,000,000, available while the reservation has room and is not expiring)."""
-        if not crs:
+        / 10,000,000, available while the reservation has room and is not expiring); none with the gate off."""
+        if not crs or not self.reserved_capacity:
             return types
         by_type: dict[str, list[dict]] = {}
         for r in crs:
