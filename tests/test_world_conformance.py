@@ -450,3 +450,71 @@ def test_a_service_gives_a_job_pod_the_default_spread(h, with_service):
     h.reconcile("provisioner")
     assert _pods_per_zone(h) == ([1, 1, 2] if with_service else [4])
     assert len(h.nodeclaims()) == (3 if with_service else 1)
+
+
+# --- nodes tainted by the node lifecycle controller while they start --------------------------------------
+
+
+def _provision(h: Harness, name: str, cpu: str = "1") -> None:
+    (p,) = h.create(pod(name, cpu=cpu, unschedulable=True))
+    h.reconcile("provisioner.trigger.pod", f"default/{name}")
+    h.tick(h.settings.batch_idle)
+    h.reconcile("provisioner")
+
+
+def _nominated(h: Harness, name: str) -> str | None:
+    evs = h.events("Nominated", involved=name)
+    return evs[-1]["message"].rsplit("/", 1)[-1] if evs else None
+
+
+def _registered_node(h: Harness, first_pod: str) -> tuple[str, str]:
+    """Provision a NodeClaim for ``first_pod``, launch and register it (its Node NotReady, not initialized), then
+    delete the pod so that the node is empty: (claim name, node name)."""
+    h.setup()
+    _provision(h, first_pod)
+    (c,) = h.nodeclaims()
+    name = c["metadata"]["name"]
+    h.launch(name)
+    n = h.register(name)
+    h.reconcile("nodeclaim.lifecycle", name)
+    h.delete("Pod", first_pod, "default")
+    return name, n["metadata"]["name"]
+
+
+def _set_taints(h: Harness, node: str, taints: list[dict]) -> None:
+    h.patch("Node", node, {"spec": {"taints": taints}})
+
+
+def test_an_uninitialized_node_with_the_not_ready_no_execute_taint_takes_pods(h):
+    """suite_test.go It("should assume pod will schedule to a node with ephemeral taint
+    node.kubernetes.io/not-ready:NoExecute when the node is uninitialized"): the second pod (no toleration) is
+    nominated to the tainted, uninitialized node; once the node is initialized the taint counts and a third pod gets
+    a NodeClaim of its own."""
+    claim, node = _registered_node(h, "first")
+    _set_taints(h, node, [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}])
+    _provision(h, "second")
+    assert _nominated(h, "second") == node
+    assert len(h.nodeclaims()) == 1
+    h.delete("Pod", "second", "default")
+    conds = [c for c in h.get("NodeClaim", claim)["status"]["conditions"] if c["type"] != "Initialized"]
+    conds.append({"type": "Initialized", "status": "True", "reason": "Initialized",
+                  "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    h.patch("NodeClaim", claim, {"status": {"conditions": conds}}, subresource="status")
+    _provision(h, "third")
+    assert _nominated(h, "third") != node
+    assert len(h.nodeclaims()) == 2
+
+
+def test_a_node_tainted_not_ready_unreachable_and_uninitialized_by_its_cloud_is_in_flight(h):
+    """suite_test.go It("should consider a tainted NotReady node as in-flight even if initialized"): a registered node
+    whose NodeClaim has not initialized, labelled karpenter.sh/initialized and carrying the not-ready, unreachable and
+    external-cloud-provider NoSchedule taints, takes the next pod rather than a new NodeClaim."""
+    claim, node = _registered_node(h, "first")
+    h.patch("Node", node, {"metadata": {"labels": {"karpenter.sh/initialized": "true"}}})
+    _set_taints(h, node, [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                          {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                          {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true",
+                           "effect": "NoSchedule"}])
+    _provision(h, "second")
+    assert _nominated(h, "second") == node
+    assert len(h.nodeclaims()) == 1

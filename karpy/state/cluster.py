@@ -618,8 +618,12 @@ class Cluster:
         if not nominated and sn._existing is not None and sn._existing[0] == version:
             return sn._existing[1]
         startup = {_taint_key(t) for t in sn.startup_taints()}
+        # a Karpenter node not yet initialized will lose its known ephemeral taints (not-ready, unreachable, the
+        # external cloud provider's, ...): the scheduler does not hold them against it, as upstream
+        ephemeral_ok = sn.claim is not None and not sn.initialized()
         taints = tuple(Taint.from_obj(t) for t in sn.taints() if _taint_key(t) not in startup
-                       and t.get("key") != "karpenter.sh/unregistered")
+                       and t.get("key") != "karpenter.sh/unregistered"
+                       and not (ephemeral_ok and is_known_ephemeral_taint(t)))
         bound = [e for e in sn.pods.values() if not e.terminal]
         labels = dict(sn.labels())
         if sn.node is None:
@@ -700,6 +704,21 @@ class _Nothing(LabelSelector):
 
 
 _NOTHING = _Nothing()
+
+
+# the taints a node carries while it starts (upstream's scheduling.KnownEphemeralTaints, matched on key and effect),
+# and the key prefixes of taint families that are ephemeral too (the node readiness controller's)
+KNOWN_EPHEMERAL_TAINTS = frozenset({
+    ("node.kubernetes.io/not-ready", "NoSchedule"), ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"), ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule"),
+    ("karpenter.sh/unregistered", "NoExecute"),
+})
+KNOWN_EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
+
+
+def is_known_ephemeral_taint(t: Mapping) -> bool:
+    key = str(t.get("key") or "")
+    return (key, t.get("effect")) in KNOWN_EPHEMERAL_TAINTS or key.startswith(KNOWN_EPHEMERAL_TAINT_PREFIXES)
 
 
 def _taint_key(t: Mapping) -> tuple:
