@@ -518,3 +518,46 @@ def test_a_node_tainted_not_ready_unreachable_and_uninitialized_by_its_cloud_is_
     _provision(h, "second")
     assert _nominated(h, "second") == node
     assert len(h.nodeclaims()) == 1
+
+
+# --- a node that gains a label Karpenter did not put there ------------------------------------------------
+
+
+def _daemonset(name: str, requests: dict, node_selector: dict | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": "ds:1", "resources": {"requests": dict(requests)}}]}
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"ds": name}},
+                     "template": {"metadata": {"labels": {"ds": name}}, "spec": spec}}}
+
+
+def test_an_unexpected_daemonset_pod_on_a_node_is_counted_once(h):
+    """suite_test.go It("should handle unexpected daemonset pods binding to the node"): the node gains a label that
+    makes a DaemonSet's pod (1 CPU, 2Gi) bind there; the node's DaemonSet requests go from 0 to 1 CPU and what is
+    free from 15.9 to 14.9 CPU (never more, as a negative remaining DaemonSet overhead would give), so a 15.5-CPU pod
+    gets a new NodeClaim."""
+    from karpy import resources as res
+
+    h.setup()
+    ds1, _ = h.create(_daemonset("ds1", {"cpu": "1", "memory": "1Gi"}, {"my-node-label": "value"}),
+                      _daemonset("ds2", {"cpu": "1m"}))
+    c, n = h.launch_node(instance_types=["c-16x-amd64-linux"])
+    node = n["metadata"]["name"]
+    h.pod_on(node, name="initial", cpu="8")
+    h.patch("Node", node, {"metadata": {"labels": {"my-node-label": "value"}}})  # set by someone else
+    h.delete("Pod", "initial", "default")
+    sn = h.cluster.by_node[node]
+
+    def free_cpu() -> float:
+        return (sn.allocatable().get("cpu", 0) - sn.requested.get("cpu", 0)) / 1000
+
+    assert sn.daemon_requested.get("cpu", 0) == 0 and free_cpu() == pytest.approx(15.9)
+    ds_pod = pod("ds1-pod", cpu="1", memory="2Gi", node_selector={"my-node-label": "value"},
+                 owner={"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds1", "uid": ds1["metadata"]["uid"],
+                        "controller": True, "blockOwnerDeletion": True})
+    h.bind(h.create_one(ds_pod), node)
+    assert sn.daemon_requested.get("cpu", 0) == res.parse_resource_list({"cpu": "1"})["cpu"] and free_cpu() == pytest.approx(14.9)
+    _provision(h, "big", cpu="15.5")
+    assert _nominated(h, "big") != node
+    assert len(h.nodeclaims()) == 2
