@@ -269,3 +269,45 @@ def test_a_neuroncore_request_launches_inf2(env):
                          pod_cpu="0.1", requests={"aws.amazon.com/neuroncore": "2"})
     assert out["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "inf2.xlarge"
     assert [i["InstanceType"] for i in account.instances()] == ["inf2.xlarge"]
+
+
+# --- vpc.amazonaws.com/PrivateIPv4Address (Windows) ----------------------------------------------------------------
+
+def _windows(nc: dict) -> None:
+    nc["spec"]["amiSelectorTerms"] = [{"alias": "windows2022@latest"}]
+    nc["status"]["amis"] = [{"id": "ami-0a2023x8600000001", "requirements": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]
+
+
+def test_a_private_ipv4_address_request_launches_a_windows_node_on_a_type_the_vpc_controller_knows(env):
+    from karpy.cloudprovider.ec2.instancetypes import vpc_ipv4_per_interface
+
+    p, nc, faults, account = env
+    _windows(nc)
+    new, out = provision(p, nc, [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                         requests={"vpc.amazonaws.com/PrivateIPv4Address": "1"})
+    name = out["metadata"]["labels"]["node.kubernetes.io/instance-type"]
+    assert out["metadata"]["labels"]["kubernetes.io/os"] == "windows"
+    assert vpc_ipv4_per_interface().get(name, 0) > 0
+    it = next(t for t in p.get_instance_types({}, nc) if t.name == name)
+    assert it.capacity["vpc.amazonaws.com/PrivateIPv4Address"] == vpc_ipv4_per_interface()[name] - 1
+
+
+def test_a_type_the_vpc_controller_does_not_advertise_gets_no_private_ipv4_address_pod(env):
+    p, nc, faults, account = env
+    _windows(nc)
+    # a type EC2 describes (2 vCPUs, 8 GiB, 3 ENIs x 10 IPv4) that the VPC resource controller's limits lack
+    info = {**copy.deepcopy(p.types.infos["m5.large"]), "InstanceType": "test"}
+    p.types.infos = {**p.types.infos, "test": info}
+    p.types.zones = {**p.types.zones, "test": {"us-west-2a"}}
+    p.types.on_demand["test"] = 0.01
+    p.types.version += 1
+    only_test = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["test"]},
+                 {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
+    test = next(t for t in p.get_instance_types({}, nc) if t.name == "test")
+    assert test.capacity["vpc.amazonaws.com/PrivateIPv4Address"] == 0
+    assert provision(p, nc, only_test, requests={"vpc.amazonaws.com/PrivateIPv4Address": "1"}) == (None, None)
+    assert "CreateFleet" not in faults.calls
+    # without the request the same pod launches there
+    new, out = provision(p, nc, only_test)
+    assert out["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "test"

@@ -8,16 +8,22 @@
   it a zone with no record has no price and its offering is unavailable;
 * allocatable as upstream: pods = kubelet maxPods, else ENIs x (IPv4 per ENI - 1) + 2 with the ENIs of the
   default network card less ``RESERVED_ENIS``; memory less 64 MiB on arm64 and ``VM_MEMORY_OVERHEAD_PERCENT``;
-  kube-reserved, system-reserved and the eviction threshold from karpy's AWS catalog (:mod:`karpy.cloudprovider.aws`).
+  kube-reserved, system-reserved and the eviction threshold from karpy's AWS catalog (:mod:`karpy.cloudprovider.aws`);
+* resources as upstream: vpc.amazonaws.com/efa (the EC2NodeClass's EFA-only ``networkInterfaces``, else the type's
+  EFA maximum), aws.amazon.com/neuroncore, and on Windows vpc.amazonaws.com/PrivateIPv4Address from the VPC
+  resource controller's limits (``data/aws_vpc_limits.json``); a type that cannot take the EC2NodeClass's
+  ``networkInterfaces`` keeps its offerings, unavailable; the nitro-sandbox label from NitroEnclavesSupport.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ...resources import EPHEMERAL, MEMORY, PODS
@@ -30,6 +36,21 @@ MIB = 2**20
 _GEN = re.compile(r"^([a-z]+)(\d+)")
 EFA_ONLY = "efa-only"
 RESOURCE_NEURON_CORE = "aws.amazon.com/neuroncore"
+RESOURCE_PRIVATE_IPV4 = "vpc.amazonaws.com/PrivateIPv4Address"
+VPC_LIMITS = Path(__file__).resolve().parent.parent / "data" / "aws_vpc_limits.json"
+
+
+@functools.lru_cache(maxsize=1)
+def vpc_ipv4_per_interface() -> dict[str, int]:
+    """IPv4 addresses per interface of the types the VPC resource controller knows (scripts/build_vpc_limits.py)."""
+    return json.loads(VPC_LIMITS.read_text())["ipv4_per_interface"]
+
+
+def private_ipv4_addresses(name: str) -> int:
+    """vpc.amazonaws.com/PrivateIPv4Address of a Windows node: the VPC resource controller's IPv4 addresses per
+    interface less the primary one; 0 for a type it does not advertise."""
+    n = vpc_ipv4_per_interface().get(name)
+    return max(n - 1, 0) if n is not None else 0
 
 
 def eni_limited_pods(info: dict, reserved_enis: int, interfaces: list | None = None) -> int:
@@ -288,6 +309,8 @@ class InstanceTypes:
         capacity[MEMORY] = memory
         if neuron_cores(info):
             capacity[RESOURCE_NEURON_CORE] = neuron_cores(info)
+        if family.is_windows:
+            capacity[RESOURCE_PRIVATE_IPV4] = private_ipv4_addresses(name)
         pods_for_memory = eni_limited_pods(info, 0, interfaces) if family.eni_limited_memory else capacity[PODS]
         overhead = static._sum(static.kube_reserved(vcpu, pods_for_memory, params["kube_reserved"]),
                                params["system_reserved"],
