@@ -20,7 +20,8 @@ Sizes offered
     Karpenter restricted lists, no constrained-vCPU or confidential (DC*/EC*)
     sizes, no GPU size outside the supported-GPU list; arm64 sizes are dropped
     when ``spec.artifactStreaming.enabled`` is true, and sizes under 4 vCPUs when
-    ``spec.localDNS.mode`` is Required. EncryptionAtHost and TrustedLaunch
+    LocalDNS is on (``status.localDNSState`` Enabled; without a status,
+    ``spec.localDNS.mode`` Required). EncryptionAtHost and TrustedLaunch
     filters need SKU capabilities the data lacks; they are not applied.
 Offerings
     in every zone of the region: ``<region>-1..3`` where the region has
@@ -182,6 +183,17 @@ def is_supported(size: Mapping[str, Any]) -> bool:
     )
 
 
+def _local_dns_enabled(nodeclass: Mapping[str, Any] | None, local_dns: Mapping[str, Any]) -> bool:
+    """Whether LocalDNS is on for an AKSNodeClass, as upstream decides it: ``status.localDNSState`` Enabled (the
+    state the AKSNodeClass controller resolved, Preferred included); without that status (an offline manifest),
+    ``spec.localDNS.mode`` Required."""
+    status = (nodeclass or {}).get("status") if isinstance(nodeclass, Mapping) else None
+    state = status.get("localDNSState") if isinstance(status, Mapping) else None
+    if state:
+        return state == "Enabled"
+    return local_dns.get("mode") == "Required"
+
+
 def placement_scope(zone: str) -> str:
     """Karpenter-Azure's placement scope of a zone: ``regional`` for AKS's regional zone "0"."""
     return "regional" if zone == REGIONAL_ZONE else "zonal"
@@ -246,7 +258,7 @@ class AzureProvider(CatalogProvider):
             "image_family": s.get("imageFamily") or "Ubuntu",
             "fips": s.get("fipsMode") == "FIPS",
             "artifact_streaming": streaming.get("enabled") is True,
-            "local_dns": local_dns.get("mode") == "Required",
+            "local_dns": _local_dns_enabled(nodeclass, local_dns),
         }
 
     def _build(self, region: str, params: dict[str, Any]) -> list[InstanceType]:

@@ -227,7 +227,7 @@ def test_unsupported_size_is_unavailable_everywhere_and_the_next_size_is_tried(f
     fake.fail("machine.put", "VMSizeNotSupported", "The VM size Standard_D2pls_v6 is not supported", status=400)
     with pytest.raises(InsufficientCapacityError, match="SKUNotAvailable"):
         provider.create(claim())
-    assert len(_unavailable(provider, "Standard_D2pls_v6")) == 6  # three zones, both capacity types
+    assert len(_unavailable(provider, "Standard_D2pls_v6")) == 8  # three zones and regional, both capacity types
     provider.clock.t += SKU_NOT_AVAILABLE_ON_DEMAND_TTL - 60
     provider.create(claim())
     assert machine_puts(fake)[-1]["body"]["properties"]["hardware"]["vmSize"] == "Standard_D4pls_v6"

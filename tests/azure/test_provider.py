@@ -106,8 +106,11 @@ def test_instance_types_from_skus_match_karpys_catalog(provider):
                      "karpenter.azure.com/sku-storage-ephemeralos-maxsize", "kubernetes.azure.com/cluster"}
         only_live |= {"karpenter.azure.com/sku-networking-accelerated"} - set(offline[name].labels)
         assert {k: v for k, v in live[name].labels.items() if k not in only_live} == offline[name].labels
-        assert sorted((o.zone, o.capacity_type, o.price) for o in live[name].offerings) == \
+        # the sizes' zonal offerings are the offline catalog's; the SKU API adds a regional one ("0") at the same price
+        assert sorted((o.zone, o.capacity_type, o.price) for o in live[name].offerings if o.zone != "0") == \
             sorted((o.zone, o.capacity_type, o.price) for o in offline[name].offerings)
+        assert sorted((o.capacity_type, o.price) for o in live[name].offerings if o.zone == "0") == \
+            sorted((o.capacity_type, o.price) for o in offline[name].offerings if o.zone == "eastus-1")
 
 
 def test_sku_restrictions_and_missing_spot_shape_offerings(fake, env):
@@ -125,7 +128,7 @@ def test_sku_restrictions_and_missing_spot_shape_offerings(fake, env):
     its = {it.name: it for it in types.list(NODECLASS)}
     assert "Standard_D4pls_v6" not in its
     assert sorted((o.zone, o.capacity_type) for o in its["Standard_D2pls_v6"].offerings) == \
-        [("eastus-1", "on-demand"), ("eastus-3", "on-demand")]
+        [("0", "on-demand"), ("eastus-1", "on-demand"), ("eastus-3", "on-demand")]
 
 
 # --- launch -------------------------------------------------------------------------------------------
@@ -234,7 +237,8 @@ def test_family_quota_blocks_the_family_at_or_above_the_size(fake, provider):
               "standardDPLSv6Family Cores quota. Current Limit: 10, Current Usage: 8, Additional Required: 4")
     with pytest.raises(InsufficientCapacityError, match="SubscriptionQuotaReached"):
         provider.create(claim(types=("Standard_D4pls_v6",)))
-    assert len(_unavailable(provider, "Standard_D4pls_v6")) == 3 and len(_unavailable(provider, "Standard_D8pls_v6")) == 3
+    # the size's three zonal offerings and its regional one
+    assert len(_unavailable(provider, "Standard_D4pls_v6")) == 4 and len(_unavailable(provider, "Standard_D8pls_v6")) == 4
     assert _unavailable(provider, "Standard_D2pls_v6") == []  # smaller sizes of the family may still fit
     provider.clock.t += LOW_QUOTA_TTL + 1
     assert _unavailable(provider, "Standard_D4pls_v6") == []

@@ -293,13 +293,18 @@ def test_overconstrained_allocation_moves_the_next_launch_of_the_size_to_the_oth
 
     fake.fail("vm.put", "OverconstrainedAllocationRequest", "Allocation failed. VM(s) with the following constraints "
               "cannot be allocated, because the condition is too restrictive.", times=1)
+    zonal = {"key": "karpenter.azure.com/placement-scope", "operator": "In", "values": ["zonal"]}  # as upstream's NodePool
+    first = claim(types=("Standard_D2pls_v6",), ct=("on-demand", "spot"))
+    first["spec"]["requirements"].append(zonal)
     with pytest.raises(InsufficientCapacityError):
-        provider.create(claim(types=("Standard_D2pls_v6",), ct=("on-demand", "spot")))  # spot first: cheaper
+        provider.create(first)  # spot first: cheaper
     assert vm_puts(fake)[0]["properties"]["priority"] == "Spot"
-    out = provider.create(claim(types=("Standard_D2pls_v6",), ct=("on-demand", "spot")))
+    retry = claim(name="retry", types=("Standard_D2pls_v6",), ct=("on-demand", "spot"))
+    retry["spec"]["requirements"].append(zonal)
+    out = provider.create(retry)
     labels = out["metadata"]["labels"]
-    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"]) == \
-        ("Standard_D2pls_v6", "on-demand")
+    assert (labels["node.kubernetes.io/instance-type"], labels["karpenter.sh/capacity-type"],
+            labels["karpenter.azure.com/placement-scope"]) == ("Standard_D2pls_v6", "on-demand", "zonal")
 
 
 def test_a_zero_family_quota_blocks_the_family_for_an_hour(fake, provider):
@@ -511,9 +516,11 @@ def test_create_refuses_when_no_size_meets_the_label_requirements(fake, provider
 def test_allocation_failure_of_a_zonal_only_size_blocks_it_with_no_second_attempt(fake, provider):
     from karpy.cloudprovider.provider import InsufficientCapacityError
 
+    for ct in ("on-demand", "spot"):  # as upstream's test: the size's regional placement already unavailable
+        provider.unavailable.mark(ct, "Standard_D2pls_v6", "0", 3600.0)
     fake.fail("vm.put", "AllocationFailed", "Allocation failed", times=1)
     with pytest.raises(InsufficientCapacityError, match="AllocationFailed"):
         provider.create(claim(types=("Standard_D2pls_v6",)))
-    with pytest.raises(InsufficientCapacityError):  # every zone of its placement scope blocked, no regional offering
+    with pytest.raises(InsufficientCapacityError):  # every zone of its placement scope blocked, the regional one too
         provider.create(claim(name="retry", types=("Standard_D2pls_v6",)))
     assert len(vm_puts(fake)) == 1

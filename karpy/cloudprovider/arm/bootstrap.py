@@ -69,6 +69,7 @@ def variables(s: AzureSettings, b: NodeBootstrap) -> dict[str, str]:
     sub, vnet_rg, vnet, subnet = s.subnet_parts()
     flags = kubelet_flags(s, b)
     overlay = s.network_plugin == "azure" and s.network_plugin_mode == "overlay"
+    cilium_node_subnet = s.network_plugin == "azure" and not s.network_plugin_mode and s.network_dataplane == "cilium"
     return {
         "APISERVER_NAME": urlsplit(s.cluster_endpoint).hostname or "",
         "KUBE_CA_CRT": b.ca_bundle_b64,
@@ -89,7 +90,8 @@ def variables(s: AzureSettings, b: NodeBootstrap) -> dict[str, str]:
         "USER_ASSIGNED_IDENTITY_ID": s.kubelet_identity_client_id,
         "USE_MANAGED_IDENTITY_EXTENSION": "true",
         "LOAD_BALANCER_SKU": "Standard",
-        "NETWORK_PLUGIN": "none" if overlay or s.network_plugin == "none" else "azure",
+        # as upstream: Azure CNI overlay, Cilium on the node subnet and no plugin leave the CNI to the cluster
+        "NETWORK_PLUGIN": "none" if overlay or cilium_node_subnet or s.network_plugin == "none" else "azure",
         "NETWORK_POLICY": s.network_policy,
         "MAX_PODS": str(b.max_pods),
         "KUBELET_NODE_LABELS": ",".join(f"{k}={v}" for k, v in sorted(b.labels.items())),

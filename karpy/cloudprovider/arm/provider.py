@@ -75,6 +75,46 @@ class LaunchError(CloudProviderError):
         self.reason = reason
 
 
+def network_labels(s: AzureSettings, subnet_id: str, k8s_minor: int) -> dict[str, str]:
+    """The kubernetes.azure.com network labels of a node, as upstream writes them: with Azure CNI overlay the
+    subnet's name, the virtual network's GUID (VNET_GUID), azure-cni-overlay, podnetwork-type overlay and
+    network-stateless-cni (true from Kubernetes 1.34); with the Cilium dataplane ebpf-dataplane=cilium (the
+    Cilium agent's DaemonSet selects nodes by it)."""
+    out: dict[str, str] = {}
+    if s.network_plugin == "azure" and s.network_plugin_mode == "overlay":
+        out.update({"kubernetes.azure.com/network-subnet": subnet_id.rstrip("/").rsplit("/", 1)[-1],
+                    "kubernetes.azure.com/nodenetwork-vnetguid": s.vnet_guid,
+                    "kubernetes.azure.com/azure-cni-overlay": "true",
+                    "kubernetes.azure.com/podnetwork-type": "overlay",
+                    "kubernetes.azure.com/network-stateless-cni": "true" if k8s_minor >= 34 else "false"})
+    if s.network_dataplane == "cilium":
+        out["kubernetes.azure.com/ebpf-dataplane"] = "cilium"
+    return out
+
+
+def _scopes_allowed(requirements: Any) -> set[str] | None:
+    """The placement scopes a NodePool's requirements allow, None when they do not name the label."""
+    reqs = Requirements.from_node_selector(requirements)
+    if static.LABEL_PLACEMENT_SCOPE not in reqs.keys():
+        return None
+    r = reqs.get(static.LABEL_PLACEMENT_SCOPE)
+    return {s for s in ("zonal", "regional") if r.has(s)}
+
+
+def _in_scopes(it: InstanceType, scopes: set[str]) -> InstanceType | None:
+    """An instance type with only its offerings in ``scopes`` (None when none is), labelled with their placement
+    scope: a size with zones is offered zonally and regionally, and a NodePool asking for one scope gets those
+    offerings, as upstream's offering requirements give them."""
+    from dataclasses import replace
+
+    offerings = [o for o in it.offerings if static.placement_scope(o.zone) in scopes]
+    if not offerings:
+        return None
+    have = {static.placement_scope(o.zone) for o in offerings}
+    label = "zonal" if "zonal" in have else "regional"
+    return replace(it, offerings=offerings, labels={**it.labels, static.LABEL_PLACEMENT_SCOPE: label})
+
+
 def vm_name(claim: str) -> str:
     return f"aks-{claim}"
 
@@ -166,8 +206,14 @@ class AzureVMProvider:
         from dataclasses import replace
 
         self.types.refresh()
+        scopes = _scopes_allowed(((((nodepool or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+                                 .get("requirements") or ())
         out = []
         for it in self.types.list(nodeclass):
+            if scopes is not None:
+                it = _in_scopes(it, scopes)
+                if it is None:
+                    continue
             if any(self._is_unavailable(it, o) for o in it.offerings):
                 it = replace(it, offerings=[replace(o, available=o.available and not self._is_unavailable(it, o))
                                             for o in it.offerings])
@@ -271,8 +317,9 @@ class AzureVMProvider:
             raise InsufficientCapacityError(f'resolving node class from nodeclaim, AKSNodeClass "{ref.get("name", "")}" not found')
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
         # as upstream's launch: every requirement on a label the size carries must allow the size's value
-        # (instance type, architecture, SKU family, ephemeral OS disk size, ...); zone and capacity type are offerings'
-        keys = [k for k in reqs.keys() if k not in (LABEL_ZONE, LABEL_CAPACITY_TYPE)]
+        # (instance type, architecture, SKU family, ephemeral OS disk size, ...); zone, capacity type and placement
+        # scope are offerings'
+        keys = [k for k in reqs.keys() if k not in (LABEL_ZONE, LABEL_CAPACITY_TYPE, static.LABEL_PLACEMENT_SCOPE)]
         return nc, reqs, [it for it in self.get_instance_types({}, nc) if reqs.get(LABEL_INSTANCE_TYPE).has(it.name)
                           and all(reqs.get(k).has(it.labels[k]) if k in it.labels else
                                   not k.startswith(_SKU_LABEL_PREFIX) or reqs.get(k).allows_absent() for k in keys)]
@@ -281,9 +328,13 @@ class AzureVMProvider:
         """The offering to launch: the first of the launch candidates not marked unavailable."""
         from ...provisioning.launch import launch_candidates
 
-        cands = launch_candidates(reqs, types, self._is_unavailable)
+        scope = reqs.get(static.LABEL_PLACEMENT_SCOPE)
+        cands = launch_candidates(reqs, types, lambda it, o: self._is_unavailable(it, o)
+                                  or not scope.has(static.placement_scope(o.zone)))
         if not cands:
             raise InsufficientCapacityError("all requested instance types were unavailable during launch")
+        # as upstream's offering rank: at the same price, a size's zonal offerings before its regional one
+        cands.sort(key=lambda c: (c.offering.price, c.instance_type.name, c.offering.zone == static.REGIONAL_ZONE))
         return cands[0].instance_type, cands[0].offering
 
     def create(self, nodeclaim: dict) -> dict:
@@ -366,12 +417,8 @@ class AzureVMProvider:
         if self.s.kubelet_identity_client_id:
             node_labels["kubernetes.azure.com/kubelet-identity-client-id"] = self.s.kubelet_identity_client_id
         node_labels.setdefault("kubernetes.azure.com/mode", "user")  # upstream's default; a NodeClaim may ask system
-        if self.s.network_plugin == "azure" and self.s.network_plugin_mode == "overlay":  # as upstream's labels
-            node_labels.update({"kubernetes.azure.com/network-subnet": (ncspec.get("vnetSubnetID")
-                                                                         or self.s.vnet_subnet_id).rstrip("/").rsplit("/", 1)[-1],
-                                "kubernetes.azure.com/nodenetwork-vnetguid": self.s.vnet_guid,
-                                "kubernetes.azure.com/azure-cni-overlay": "true",
-                                "kubernetes.azure.com/podnetwork-type": "overlay"})
+        node_labels.update(network_labels(self.s, ncspec.get("vnetSubnetID") or self.s.vnet_subnet_id,
+                                          self._k8s_minor(nc)))
         from ...resources import format_resource_list
 
         reserved = format_resource_list(static.kube_reserved(int(it.capacity.get("cpu", 0)) // 1000,

@@ -5,7 +5,8 @@ Each is a flag and an environment variable (the flag wins). Required for the VM 
 ``AZURE_SUBSCRIPTION_ID`` (else ``ARM_SUBSCRIPTION_ID``), ``LOCATION``, ``AZURE_NODE_RESOURCE_GROUP``,
 ``VNET_SUBNET_ID``, ``KUBELET_BOOTSTRAP_TOKEN`` and ``SSH_PUBLIC_KEY``; a missing one exits 2 and every
 missing one is named. Optional: ``ARM_RESOURCE_GROUP`` (the cluster's resource group), ``AZURE_TENANT_ID``,
-``NETWORK_PLUGIN`` (azure), ``NETWORK_PLUGIN_MODE`` (overlay), ``NETWORK_POLICY``, ``NODE_IDENTITIES`` (the
+``NETWORK_PLUGIN`` (azure), ``NETWORK_PLUGIN_MODE`` (overlay), ``NETWORK_POLICY``, ``NETWORK_DATAPLANE``
+(cilium), ``VNET_GUID``, ``NODE_IDENTITIES`` (the
 kubelet identity's resource ID, comma separated), ``LINUX_ADMIN_USERNAME`` (azureuser), ``ADDITIONAL_TAGS``
 (k=v,...), ``DNS_SERVICE_IP`` (10.0.0.10), ``KUBELET_IDENTITY_CLIENT_ID``, ``VM_MEMORY_OVERHEAD_PERCENT``
 (0.075). The cloud: ``ARM_CLOUD`` (AzurePublicCloud, AzureChinaCloud, AzureUSGovernmentCloud) or
@@ -35,6 +36,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "network_plugin": ("NETWORK_PLUGIN", "azure: azure or none [NETWORK_PLUGIN; default: azure]."),
     "network_plugin_mode": ("NETWORK_PLUGIN_MODE", "azure: overlay or empty [NETWORK_PLUGIN_MODE; default: overlay]."),
     "network_policy": ("NETWORK_POLICY", "azure: azure, cilium, calico or empty [NETWORK_POLICY]."),
+    "network_dataplane": ("NETWORK_DATAPLANE", "azure: azure, cilium or none [NETWORK_DATAPLANE; default: cilium]."),
+    "vnet_guid": ("VNET_GUID", "azure: the resource GUID of the cluster's virtual network, the nodes' "
+                               "kubernetes.azure.com/nodenetwork-vnetguid label with Azure CNI overlay [VNET_GUID]."),
     "kubelet_bootstrap_token": ("KUBELET_BOOTSTRAP_TOKEN", "azure: the TLS bootstrap token id.secret [KUBELET_BOOTSTRAP_TOKEN]."),
     "ssh_public_key": ("SSH_PUBLIC_KEY", "azure: the nodes' SSH public key [SSH_PUBLIC_KEY]."),
     "linux_admin_username": ("LINUX_ADMIN_USERNAME", "azure: the nodes' admin user [LINUX_ADMIN_USERNAME; default: azureuser]."),
@@ -115,6 +119,7 @@ class AzureSettings:
     network_plugin: str = "azure"
     network_plugin_mode: str = "overlay"
     network_policy: str = ""
+    network_dataplane: str = "cilium"
     linux_admin_username: str = "azureuser"
     node_identities: list[str] = field(default_factory=list)
     kubelet_identity_client_id: str = ""
@@ -236,6 +241,14 @@ def resolve_azure(cluster_name: str, picked: Mapping[str, tuple[str | None, str]
     if policy not in ("", "azure", "cilium", "calico"):
         raise bad("network_policy", "must be azure, cilium, calico or empty")
     s.network_policy = policy
+    dataplane = values.get("network_dataplane") or "cilium"
+    if dataplane not in ("azure", "cilium", "none"):
+        raise bad("network_dataplane", "must be azure, cilium or none")
+    s.network_dataplane = dataplane
+    guid = values.get("vnet_guid", "")
+    if guid and not _UUID.match(guid):
+        raise bad("vnet_guid", "must be the virtual network's resource GUID (a UUID)")
+    s.vnet_guid = guid
     user = values.get("linux_admin_username") or "azureuser"
     if len(user) > 32 or not _ADMIN.match(user):
         raise error(f'LINUX_ADMIN_USERNAME (--linux-admin-username): invalid value "{user}": at most 32 characters, '

@@ -6,7 +6,8 @@ instance type karpy's offline catalog builds (:class:`karpy.cloudprovider.azure.
 labels, capacity and allocatable (kube-reserved, eviction threshold, VM memory overhead), with what the
 subscription says instead of the static data: vCPUs, memory, architecture, accelerated networking, premium
 IO, the zones the SKU is offered in (less zones a restriction names; a SKU restricted in the whole location is
-dropped), spot only where ``LowPriorityCapable`` is True. Prices: the Azure Retail Prices API's
+dropped; a SKU with zones is offered in the regional zone "0" as well, as upstream), spot only where
+``LowPriorityCapable`` is True. Prices: the Azure Retail Prices API's
 (:mod:`.pricing`), else karpy's static Azure prices of the region (spot estimated as the offline catalog
 does); a SKU neither prices costs upstream's 999 so it goes last. What launch needs is kept per SKU: the ARM family (quota), the largest ephemeral OS disk, the Hyper-V
 generations and accelerated networking.
@@ -300,7 +301,10 @@ class InstanceTypes:
             if prices is None:  # a SKU karpy has no price for in this region: upstream's penalty price
                 size = {**size, "known_sku": False}
                 prices = {"on_demand": static.MISSING_PRICE, "spot": static.MISSING_PRICE}
-            it = static.provider._instance_type(size, self.location, info.zones, prices, params, os_sku)
+            # as upstream (since v1.12): a size with zones is offered regionally too (zone "0"), which launch tries
+            # after the zonal offerings of the same price; a size without zones is offered regionally only
+            zones = info.zones if info.zones == [static.REGIONAL_ZONE] else [*info.zones, static.REGIONAL_ZONE]
+            it = static.provider._instance_type(size, self.location, zones, prices, params, os_sku)
             labels = dict(it.labels)
             labels[static.LABEL_SKU_ULTRA_SSD] = "true" if info.ultra_ssd else "false"
             if info.ephemeral_max_gb > 0:
