@@ -120,3 +120,26 @@ def test_a_reservation_that_fell_back_to_on_demand_is_not_drift(launched, monkey
         "id": "cr-foo", "instanceType": inst["InstanceType"], "availabilityZone": inst["Placement"]["AvailabilityZone"],
         "ownerID": "123456789012", "instanceMatchCriteria": "targeted", "reservationType": "default", "state": "active"}])
     assert p.is_drifted(nodeclaim, kept) is None
+
+
+def test_an_instance_gone_out_of_band_gives_no_drift_decision(launched, monkeypatch):
+    """It("should error if the underlying NodeClaim doesn't exist"): DescribeInstances no longer reports the
+    instance; upstream returns an error, karpy answers "not drifted": either way the NodeClaim is not marked drifted,
+    even with the EC2NodeClass's AMIs, subnets and security groups all moved."""
+    p, nc, nodeclaim, inst, _ = launched
+    moved = with_status(nc, amis=[{"id": "ami-0a2023arm99999999", "requirements": []}],
+                        subnets=[s for s in nc["status"]["subnets"] if s["id"] != inst["SubnetId"]])
+    assert p.is_drifted(nodeclaim, moved) == "AMIDrift"  # while the instance is there
+    monkeypatch.setattr(p, "_describe", lambda **kw: [])
+    assert p.is_drifted(nodeclaim, moved) is None
+
+
+@pytest.mark.xfail(strict=True, reason="karpy's AWS drift check reads a NodeClaim's instance type from the instance "
+                                       "when its instance-type label is missing; upstream errors (no drift decision)")
+def test_a_nodeclaim_without_its_instance_type_label_gives_no_drift_decision(launched):
+    """It("should error if the NodeClaim doesn't have the instance-type label"): upstream cannot map the status AMIs
+    onto the NodeClaim's instance type, returns an error, and the NodeClaim is not marked drifted."""
+    p, nc, nodeclaim, inst, _ = launched
+    assert "node.kubernetes.io/instance-type" not in (nodeclaim["metadata"].get("labels") or {})
+    moved = with_status(nc, amis=[{"id": "ami-0a2023arm99999999", "requirements": []}])
+    assert p.is_drifted(nodeclaim, moved) is None
