@@ -10,10 +10,11 @@ from karpy.cloudprovider.ec2.nodeclass import NodeClassResolver
 from .conftest import CLUSTER, K8S, SSM_ROOT, claim, nodeclass
 
 
-def reservation(rid, itype, zone, available, state="active", end=None, tags=None):
+def reservation(rid, itype, zone, available, state="active", end=None, tags=None, rtype="default"):
     r = {"CapacityReservationId": rid, "InstanceType": itype, "AvailabilityZone": zone, "OwnerId": "123456789012",
          "InstanceMatchCriteria": "targeted", "State": state, "AvailableInstanceCount": available,
-         "TotalInstanceCount": available, "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]}
+         "TotalInstanceCount": available, "ReservationType": rtype,
+         "Tags": [{"Key": k, "Value": v} for k, v in (tags or {}).items()]}
     if end is not None:
         r["EndDate"] = end
     return r
@@ -32,7 +33,8 @@ def test_reservations_resolve_and_launches_use_them_until_full(env, monkeypatch)
     soon = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=10)).isoformat()
     faults.capacity_reservations = [
         reservation("cr-0aaa", "m7g.large", "us-west-2b", 1, tags={"team": "ml"}),
-        reservation("cr-0bbb", "m7g.large", "us-west-2c", 5, end=soon, tags={"team": "ml"}),  # ends within 40 min
+        # a capacity block ending within 40 min
+        reservation("cr-0bbb", "m7g.large", "us-west-2c", 5, end=soon, tags={"team": "ml"}, rtype="capacity-block"),
         reservation("cr-0ccc", "m7g.large", "us-west-2a", 5, state="cancelled", tags={"team": "ml"}),
         reservation("cr-0ddd", "c7g.large", "us-west-2a", 5, tags={"team": "other"}),
     ]

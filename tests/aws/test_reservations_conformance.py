@@ -102,3 +102,36 @@ def test_the_controller_feature_gate_reaches_the_ec2_provider(account, ec2_catal
                                      Logger(clock, level="error", keep=False), ssm_root=SSM_ROOT)
     assert workers == []
     assert provider.reserved_capacity is on
+
+
+def test_only_a_capacity_block_near_its_end_is_expiring(env):
+    """Upstream's CapacityReservationFromEC2: a capacity block is ``expiring`` from 40 minutes before its end; an
+    on-demand capacity reservation with an end date stays ``active``. The instances left are the reservation's."""
+    import datetime as dt
+
+    from karpy.cloudprovider.ec2.nodeclass import NodeClassResolver
+
+    from .conftest import CLUSTER, K8S, SSM_ROOT, nodeclass
+    from .test_capacity_reservations import reservation
+
+    p, nc, faults, _ = env
+    now = dt.datetime.now(dt.timezone.utc)
+    soon, later = ((now + dt.timedelta(minutes=m)).isoformat() for m in (30, 120))
+    faults.capacity_reservations = [
+        reservation("cr-block-soon", CR_TYPE, CR_ZONE, 2, end=soon, tags={"t": "x"}, rtype="capacity-block"),
+        reservation("cr-block-later", CR_TYPE, "us-west-2b", 2, end=later, tags={"t": "x"}, rtype="capacity-block"),
+        reservation("cr-odcr-soon", CR_TYPE, "us-west-2c", 2, end=soon, tags={"t": "x"}),
+    ]
+    resolver = NodeClassResolver(p.c, CLUSTER, lambda: K8S, SSM_ROOT, lambda: "172.20.0.0/16")
+    spec = nodeclass(capacityReservationSelectorTerms=[{"tags": {"t": "x"}}])
+    crs = resolver.resolve(spec).status["capacityReservations"]
+    assert [(r["id"], r["reservationType"], r["state"]) for r in crs] == [
+        ("cr-block-later", "capacity-block", "active"), ("cr-block-soon", "capacity-block", "expiring"),
+        ("cr-odcr-soon", "default", "active")]
+    assert resolver.reservation_capacity == {"cr-block-later": 2, "cr-block-soon": 2, "cr-odcr-soon": 2}
+    p.reservations = resolver.reservation_capacity
+    nc["status"]["capacityReservations"] = crs
+    it = next(t for t in p.get_instance_types({}, nc) if t.name == CR_TYPE)
+    assert sorted((o.reservation_id, o.available, o.reservation_capacity) for o in it.offerings
+                  if o.capacity_type == "reserved") == \
+        [("cr-block-later", True, 2), ("cr-block-soon", False, 2), ("cr-odcr-soon", True, 2)]

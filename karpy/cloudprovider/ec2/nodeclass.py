@@ -252,9 +252,11 @@ class NodeClassResolver:
                 end = dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
             if end is not None and end <= now:
                 continue
-            expiring = end is not None and (end - now).total_seconds() <= EXPIRING_WITHIN
-            self.reservation_capacity[r["CapacityReservationId"]] = 0 if expiring else \
-                int(r.get("AvailableInstanceCount") or 0)
+            # as upstream, only a capacity block expires (its instances end with it): no new launches in its last
+            # 40 minutes (the offering is unavailable); an on-demand reservation with an end date stays active
+            expiring = r.get("ReservationType") == "capacity-block" and end is not None and \
+                (end - now).total_seconds() <= EXPIRING_WITHIN
+            self.reservation_capacity[r["CapacityReservationId"]] = int(r.get("AvailableInstanceCount") or 0)
             item = {"id": r["CapacityReservationId"], "instanceType": r.get("InstanceType", ""),
                     "availabilityZone": r.get("AvailabilityZone", ""), "ownerID": r.get("OwnerId", ""),
                     "instanceMatchCriteria": r.get("InstanceMatchCriteria", "open"),
