@@ -320,7 +320,13 @@ class AzureVMProvider:
         # (instance type, architecture, SKU family, ephemeral OS disk size, ...); zone, capacity type and placement
         # scope are offerings'
         keys = [k for k in reqs.keys() if k not in (LABEL_ZONE, LABEL_CAPACITY_TYPE, static.LABEL_PLACEMENT_SCOPE)]
-        return nc, reqs, [it for it in self.get_instance_types({}, nc) if reqs.get(LABEL_INSTANCE_TYPE).has(it.name)
+        try:
+            offered = self.get_instance_types({}, nc)
+        except CloudProviderError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the SKU list could not be read: upstream's InstanceTypeResolutionFailed
+            raise LaunchError("InstanceTypeResolutionFailed", f"resolving instance types, {error_message(e)}") from None
+        return nc, reqs, [it for it in offered if reqs.get(LABEL_INSTANCE_TYPE).has(it.name)
                           and all(reqs.get(k).has(it.labels[k]) if k in it.labels else
                                   not k.startswith(_SKU_LABEL_PREFIX) or reqs.get(k).allows_absent() for k in keys)]
 
@@ -550,8 +556,13 @@ class AzureVMProvider:
             (t for t in self.types.list(nc) if t.name == size), None)
         zone = f"{self.s.location}-{vm.zones[0]}" if vm.zones else static.REGIONAL_ZONE
         ct = CAPACITY_SPOT if str(vm.priority or "").lower() == "spot" else "on-demand"
-        if it is None:
-            raise LaunchError("InstanceTypeNotFound", f"{size} of {vm.name} is not an instance type in {self.s.location}")
+        if it is None:  # as upstream: the VM an earlier attempt made is this NodeClaim's, whatever its size now
+            out = self._as_claim({"name": vm.name, "tags": vm.tags or {}, "zones": vm.zones, "properties": {
+                "priority": str(vm.priority or ""), "hardwareProfile": {"vmSize": size}}})
+            out["metadata"]["name"] = nodeclaim["metadata"]["name"]
+            out["metadata"]["labels"] = {**((nodeclaim.get("metadata") or {}).get("labels") or {}),
+                                         **out["metadata"]["labels"]}
+            return out
         o = next((x for x in it.offerings if x.zone == zone and x.capacity_type == ct), Offering(zone, ct, 0.0))
         reqs = Requirements.from_node_selector((nodeclaim.get("spec") or {}).get("requirements") or ())
         image = (vm.storage_profile.image_reference.community_gallery_image_id or vm.storage_profile.image_reference.id
