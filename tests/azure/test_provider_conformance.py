@@ -139,7 +139,7 @@ def test_no_offering_has_an_empty_zone(fake, provider):
     assert {o.zone for it in its for o in it.offerings} == {"0", "eastus-1", "eastus-2", "eastus-3"}
 
 
-@pytest.mark.parametrize("zones", [("eastus-1",), ("eastus-1", "eastus-2", "eastus-3")])
+@pytest.mark.parametrize("zones", [("eastus-1",), ("eastus-1", "eastus-2", "eastus-3")], ids=["one-zone", "all-zones"])
 def test_zone_requirements_exclude_a_size_without_zones(fake, provider, zones):
     without_zones(fake, provider, "Standard_NC6s_v3")
     np = nodepool(req(INSTANCE_TYPE, "Standard_NC6s_v3"), req(ZONE, *zones))
@@ -325,6 +325,20 @@ def test_network_settings_are_read_and_checked(env, monkeypatch):
             resolve({"cloud_provider": "azure"})
         assert message in str(e.value)
         monkeypatch.delenv(var)
+
+
+@pytest.mark.parametrize("var, value, message", [
+    # upstream's own validation refuses kubenet too: network-plugin must be azure or none
+    ("NETWORK_PLUGIN", "kubenet", "NETWORK_PLUGIN (--network-plugin): invalid value \"kubenet\": must be azure or none"),
+    ("PROVISION_MODE", "bootstrappingclient", "not supported by karpy yet"),
+])
+def test_settings_karpy_refuses_at_start_up_are_named(env, monkeypatch, var, value, message):
+    from karpy.controller.settings import SettingsError, resolve
+
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError) as e:
+        resolve({"cloud_provider": "azure"})
+    assert message in str(e.value)
 
 
 # --- LocalDNS (L762-L770) -------------------------------------------------------------------------------------
