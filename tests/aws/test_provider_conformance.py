@@ -198,7 +198,8 @@ def test_no_hash_drift_without_a_hash_version_on_the_nodeclaim(launched):
 
 # --- Launch: which types CreateFleet is offered ------------------------------------------------------------------
 
-def provision(p, nc, requirements: list[dict], pod_cpu: str = "1", requests: dict | None = None):
+def provision(p, nc, requirements: list[dict], pod_cpu: str = "1", requests: dict | None = None,
+              node_selector: dict | None = None):
     """Schedule one pod with karpy's scheduler over the provider's instance types for a NodePool with
     ``requirements``, launch the NodeClaim it computes through the provider; (NewNodeClaim, launched NodeClaim)."""
     from helpers import nodepool, pod, solve, template
@@ -206,7 +207,7 @@ def provision(p, nc, requirements: list[dict], pod_cpu: str = "1", requests: dic
     types = p.get_instance_types({}, nc)
     tpl = template(nodepool("default", requirements=requirements), types,
                    provider_labels=static.AWSProvider.WELL_KNOWN_LABELS)
-    results = solve(tpl, [pod(cpu=pod_cpu, requests=requests)])
+    results = solve(tpl, [pod(cpu=pod_cpu, requests=requests, node_selector=node_selector)])
     if not results.new_nodeclaims:
         return None, None
     (new,) = results.new_nodeclaims
@@ -311,3 +312,38 @@ def test_a_type_the_vpc_controller_does_not_advertise_gets_no_private_ipv4_addre
     # without the request the same pod launches there
     new, out = provision(p, nc, only_test)
     assert out["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "test"
+
+
+# --- Tenancy -----------------------------------------------------------------------------------------------------
+
+TENANCY = "karpenter.k8s.aws/instance-tenancy"
+ON_DEMAND = {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+
+
+def _tenancies(faults) -> set[str]:
+    return {c["LaunchTemplateData"]["Placement"]["Tenancy"] for c in faults.calls["CreateLaunchTemplate"]}
+
+
+@pytest.mark.parametrize("np_tenancy,pod_tenancy,launched", [
+    (None, None, "default"),  # no requirement
+    (["default", "dedicated"], None, "default"),  # both allowed: default
+    (None, "default", "default"),
+    (None, "dedicated", "dedicated"),
+], ids=["no-requirement", "both-allowed", "pod-requires-default", "pod-requires-dedicated"])
+def test_the_tenancy_a_node_launches_with(env, np_tenancy, pod_tenancy, launched):
+    p, nc, faults, account = env
+    reqs = [ON_DEMAND] + ([{"key": TENANCY, "operator": "In", "values": np_tenancy}] if np_tenancy else [])
+    new, out = provision(p, nc, reqs, node_selector={TENANCY: pod_tenancy} if pod_tenancy else None)
+    assert out["metadata"]["labels"][TENANCY] == launched
+    assert _tenancies(faults) == {launched}
+
+
+@pytest.mark.parametrize("np_tenancy,pod_tenancy", [("dedicated", "default"), ("default", "dedicated")],
+                         ids=["dedicated-np", "default-np"])
+def test_a_pod_requiring_the_other_tenancy_than_its_nodepool_is_not_scheduled(env, np_tenancy, pod_tenancy):
+    p, nc, faults, account = env
+    reqs = [ON_DEMAND, {"key": TENANCY, "operator": "In", "values": [np_tenancy]}]
+    assert provision(p, nc, reqs, node_selector={TENANCY: pod_tenancy}) == (None, None)
+    assert "CreateFleet" not in faults.calls
+    new, out = provision(p, nc, reqs, node_selector={TENANCY: np_tenancy})  # its NodePool's tenancy launches
+    assert out["metadata"]["labels"][TENANCY] == np_tenancy

@@ -8,7 +8,8 @@
   price-capacity-optimized spot, and upstream's tags on the instance, its volumes and the fleet. Fleet errors
   with a capacity code mark the offering unavailable for 3 minutes (``InsufficientFreeAddressesInSubnet`` its
   subnet); no instance at all is InsufficientCapacityError when every error is a capacity one, else
-  :class:`LaunchError` with upstream's reason.
+  :class:`LaunchError` with upstream's reason. The launch template's placement tenancy is ``default`` unless
+  the NodeClaim allows only ``dedicated`` (label ``karpenter.k8s.aws/instance-tenancy``), as upstream.
 * **Get / List / Delete** through DescribeInstances (tags ``karpenter.sh/nodepool``,
   ``karpenter.k8s.aws/ec2nodeclass``, ``eks:eks-cluster-name``) and TerminateInstances.
 * **Drift**: AMI (the instance's image is no longer among the NodeClass's), subnet, security groups (when the
@@ -77,6 +78,13 @@ def instance_id_of(pid: str) -> str:
 def digest(value: Any) -> str:
     """A stable digest of JSON-able options (the same in every process, unlike Python's hash())."""
     return str(int(hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16], 16))
+
+
+def tenancy_of(reqs: Requirements) -> str:
+    """The tenancy a NodeClaim launches with (upstream's getTenancyType): default when its requirements allow
+    it, else dedicated when they allow that, else default."""
+    allowed = reqs.get(static.LABEL_INSTANCE_TENANCY)
+    return next((t for t in ("default", "dedicated") if allowed.has(t)), "default")
 
 
 def _matches(reqs: list[dict], it: InstanceType) -> bool:
@@ -224,6 +232,7 @@ class EC2CloudProvider:
         for s in status.get("subnets") or ():  # ordered by free addresses: the first per zone
             subnet_by_zone.setdefault(s["zone"], s)
         labels_base = self._launch_labels(nodeclaim, reqs)
+        tenancy = tenancy_of(reqs)
         tags = self._tags(nodeclaim, nc)
         configs: dict[str, dict] = {}
         for cand in cands:
@@ -232,7 +241,7 @@ class EC2CloudProvider:
             ami = next((a for a in status.get("amis") or () if _matches(a.get("requirements") or [], it)), None)
             if subnet is None or ami is None:
                 continue
-            lt = self._ensure_launch_template(nc, ami["id"], it, labels_base, spec, tags, o.reservation_id)
+            lt = self._ensure_launch_template(nc, ami["id"], it, labels_base, spec, tags, o.reservation_id, tenancy)
             configs.setdefault(lt, {"LaunchTemplateSpecification": {"LaunchTemplateName": lt, "Version": "$Latest"},
                                     "Overrides": []})["Overrides"].append(
                 {"InstanceType": it.name, "SubnetId": subnet["id"], "ImageId": ami["id"], "AvailabilityZone": o.zone,
@@ -271,7 +280,7 @@ class EC2CloudProvider:
             if offering.reservation_id:  # one place fewer until the next NodeClass pass counts again
                 self.reservations[offering.reservation_id] = max(0, self.reservation_left(offering.reservation_id) - 1)
         return self._as_nodeclaim(nodeclaim["metadata"]["name"], iid, it, offering, ov.get("ImageId", ""),
-                                  labels_base, nc)
+                                  labels_base, nc, tenancy)
 
     def _create_fleet(self, req: dict) -> dict:
         try:
@@ -316,7 +325,7 @@ class EC2CloudProvider:
                 TAG_NODEPOOL: labels.get(LABEL_NODEPOOL, ""), TAG_NODECLASS: nc["metadata"]["name"]}
 
     def _ensure_launch_template(self, nc: dict, ami: str, it: InstanceType, labels: dict, claim_spec: dict,
-                                tags: dict, reservation: str | None = None) -> str:
+                                tags: dict, reservation: str | None = None, tenancy: str = "default") -> str:
         spec = nc.get("spec") or {}
         status = nc.get("status") or {}
         family = static.ami_family_name(nc)
@@ -353,6 +362,7 @@ class EC2CloudProvider:
                 if v is not None}} for b in spec.get("blockDeviceMappings") or ()]
             or [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 20, "VolumeType": "gp3", "Encrypted": True}}],
             "Monitoring": {"Enabled": bool(spec.get("detailedMonitoring"))},
+            "Placement": {"Tenancy": tenancy},
             "TagSpecifications": [{"ResourceType": "network-interface",
                                    "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}],
         }
@@ -461,12 +471,12 @@ class EC2CloudProvider:
         return missing
 
     def _as_nodeclaim(self, name: str, iid: str, it: InstanceType, o: Offering, image: str, labels: dict,
-                      nc: dict | None) -> dict:
+                      nc: dict | None, tenancy: str = "default") -> dict:
         from ...resources import format_resource_list
 
         zone_ids = {s["zone"]: s.get("zoneID", "") for s in ((nc or {}).get("status") or {}).get("subnets") or ()}
         out_labels = {**labels, **it.labels, LABEL_ZONE: o.zone, LABEL_CAPACITY_TYPE: o.capacity_type,
-                      LABEL_REGION: self.c.region, static.LABEL_INSTANCE_TENANCY: "default"}
+                      LABEL_REGION: self.c.region, static.LABEL_INSTANCE_TENANCY: tenancy}
         if zone_ids.get(o.zone):
             out_labels[static.LABEL_TOPOLOGY_ZONE_ID] = zone_ids[o.zone]
         if o.reservation_id:
