@@ -53,10 +53,11 @@ Registration
     30 s from launch to a Ready node, the delay upstream's own KWOK-backed EC2
     mock uses (aws/karpenter-provider-aws kwok/ec2).
 
-Not modelled (the data lacks what they need): networkInterfaces/EFA-only
+Not in this simulated catalog (its data lacks what they need): networkInterfaces/EFA-only
 interfaces, reserved ENIs, Windows' vpc.amazonaws.com/PrivateIPv4Address,
 aws.amazon.com/neuroncore, the nitro-sandbox / cpu-sustained-clock-speed /
-tenancy / zone-id labels. Capacity reservations are the Scenario's (``spec.reservations``, applied by
+tenancy / zone-id labels; karpy's AWS provider against the EC2 API
+(:mod:`karpy.cloudprovider.ec2`) has all of them but the clock-speed label. Capacity reservations are the Scenario's (``spec.reservations``, applied by
 :mod:`karpy.cloudprovider.simulated`, labelled ``karpenter.k8s.aws/capacity-reservation-id`` as upstream).
 """
 
