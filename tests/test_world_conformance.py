@@ -318,13 +318,13 @@ def _owner(api, kind: str, name: str, selector) -> dict:
 
 def _deduce(api, labels: dict, *owners: dict):
     """The selector the default zone constraint carries on the pod as karpy's schedulers compile it (the injector
-    wired as ``karpy simulate`` and the sandbox wire it, reading the API): (matchLabels, sorted expressions), or None
+    as ``karpy simulate`` and the sandbox wire it, reading the API): (matchLabels, sorted expressions), or None
     when the pod is not defaulted."""
-    from karpy.scheduling.default_spread import DefaultSpread
+    from karpy.simulator.sim import default_spread_from_api
     from karpy.state.pods import PodCompiler
 
     c = PodCompiler()
-    c.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], api)
+    c.default_spread = default_spread_from_api([ZONE_DEFAULT], api)
     p = {"apiVersion": "v1", "kind": "Pod",
          "metadata": {"name": "p", "namespace": "default", "uid": "p-uid", "labels": dict(labels),
                       "ownerReferences": list(owners)},
@@ -337,11 +337,11 @@ def _deduce(api, labels: dict, *owners: dict):
 
 
 def _selects(api, labels: dict, pod_labels: dict, *owners: dict) -> bool:
-    from karpy.scheduling.default_spread import DefaultSpread
+    from karpy.simulator.sim import default_spread_from_api
     from karpy.state.pods import PodCompiler
 
     c = PodCompiler()
-    c.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], api)
+    c.default_spread = default_spread_from_api([ZONE_DEFAULT], api)
     p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q", "namespace": "default", "uid": "q-uid",
                                                         "labels": dict(labels), "ownerReferences": list(owners)},
          "spec": {"containers": [{"name": "c", "image": "app:1"}]}}
@@ -435,9 +435,9 @@ def test_a_service_gives_a_job_pod_the_default_spread(h, with_service):
     """topology_test.go It("should deduce a selector from a matching service for a pod with no supported owner"): four
     pods of a Job (an owner kube-scheduler deduces nothing from) that a Service selects spread 1/1/2 over three zones;
     without the Service they get no default and share one NodeClaim."""
-    from karpy.scheduling.default_spread import DefaultSpread
+    from karpy.simulator.sim import default_spread_from_api
 
-    h.cluster.compiler.default_spread = DefaultSpread.from_api([ZONE_DEFAULT], h.api)
+    h.cluster.compiler.default_spread = default_spread_from_api([ZONE_DEFAULT], h.api)
     h.setup(nodepool(zones=("test-zone-a", "test-zone-b", "test-zone-c")))
     if with_service:
         _service(h.api, {"app": "batch"})
@@ -561,3 +561,138 @@ def test_an_unexpected_daemonset_pod_on_a_node_is_counted_once(h):
     _provision(h, "big", cpu="15.5")
     assert _nominated(h, "big") != node
     assert len(h.nodeclaims()) == 2
+
+
+# --- CSINode volume limits --------------------------------------------------------------------------------
+
+CSI = "fake.csi.provider"
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def _storage_class(name: str, provisioner: str, default: bool = False) -> dict:
+    meta: dict = {"name": name}
+    if default:
+        meta["annotations"] = {DEFAULT_CLASS: "true"}
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": meta, "provisioner": provisioner,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.kubernetes.io/zone", "values": ["test-zone-a"]}]}]}
+
+
+def _pvc(name: str, storage_class: str | None) -> dict:
+    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+            "spec": spec}
+
+
+def _volume_pod(name: str, *, ephemeral_class: str | None = None, claim: str | None = None) -> dict:
+    """A pending pod with a generic ephemeral volume (its template naming ``ephemeral_class`` if given) or the
+    claim ``claim``."""
+    if claim is not None:
+        vol = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+    else:
+        tspec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+        if ephemeral_class is not None:
+            tspec["storageClassName"] = ephemeral_class
+        vol = {"name": "tmp-ephemeral", "ephemeral": {"volumeClaimTemplate": {"spec": tspec}}}
+    return pod(name, cpu="100m", unschedulable=True, volumes=[vol])
+
+
+def _provision_pod(h: Harness, obj: dict) -> None:
+    h.create(obj)
+    h.reconcile("provisioner.trigger.pod", f"default/{obj['metadata']['name']}")
+    h.tick(h.settings.batch_idle)
+    h.reconcile("provisioner")
+
+
+def _running_node_for(h: Harness, pod_name: str) -> str:
+    """The one NodeClaim provisioned so far, launched, registered, Ready and initialized, with the pod bound to its
+    Node: the Node's name."""
+    (c,) = h.nodeclaims()
+    name = c["metadata"]["name"]
+    h.launch(name)
+    node = h.register(name)["metadata"]["name"]
+    h.reconcile("nodeclaim.lifecycle", name)
+    h.make_ready(node)
+    h.reconcile("nodeclaim.lifecycle", name)
+    h.bind(h.get("Pod", pod_name, "default"), node)
+    return node
+
+
+def _csinode(node: str, **counts: int) -> dict:
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node},
+            "spec": {"drivers": [{"name": d, "nodeID": "fake-node-id", "allocatable": {"count": c}}
+                                 for d, c in counts.items()]}}
+
+
+def _second_pod_lands(h: Harness, node: str, obj: dict, *pvcs: dict) -> bool:
+    """Whether the second pod is nominated to ``node`` (else a new NodeClaim is opened for it)."""
+    if pvcs:
+        h.create(*pvcs)
+    _provision_pod(h, obj)
+    on_node = _nominated(h, obj["metadata"]["name"]) == node
+    assert len(h.nodeclaims()) == (1 if on_node else 2)
+    return on_node
+
+
+@pytest.mark.parametrize("with_csinode", [True, False])
+def test_a_csi_volume_limit_of_one_sends_an_ephemeral_volume_pod_to_a_new_node(h, with_csinode):
+    """suite_test.go It("should launch nodes for pods with ephemeral volume using the specified storage class name"):
+    the node's CSINode lets the StorageClass's driver attach one volume, which the first pod's ephemeral volume takes,
+    so the second pod's goes to a new NodeClaim; another default StorageClass (limit 10) is not the one used.
+    Without the CSINode the second pod shares the node."""
+    h.setup()
+    h.create(_storage_class("my-storage-class", CSI),
+             _storage_class("default-storage-class", "other-provider", default=True))
+    h.create(_pvc("first-tmp-ephemeral", "my-storage-class"))
+    _provision_pod(h, _volume_pod("first", ephemeral_class="my-storage-class"))
+    node = _running_node_for(h, "first")
+    if with_csinode:
+        h.create(_csinode(node, **{CSI: 1, "other-provider": 10}))
+    lands = _second_pod_lands(h, node, _volume_pod("second", ephemeral_class="my-storage-class"),
+                              _pvc("second-tmp-ephemeral", "my-storage-class"))
+    assert lands is not with_csinode
+
+
+def test_a_csi_volume_limit_counts_an_ephemeral_volume_of_the_default_storage_class(h):
+    """suite_test.go It("should launch nodes for pods with ephemeral volume using a default storage class"): the
+    volume templates name no StorageClass; their claims carry the default one, as kube-apiserver's DefaultStorageClass
+    admission stores them (karpy reads the claim as stored), and its driver's limit of one sends the second pod to a
+    new NodeClaim."""
+    h.setup()
+    h.create(_storage_class("default-storage-class", CSI, default=True))
+    h.create(_pvc("first-tmp-ephemeral", "default-storage-class"))
+    _provision_pod(h, _volume_pod("first"))
+    node = _running_node_for(h, "first")
+    h.create(_csinode(node, **{CSI: 1}))
+    assert not _second_pod_lands(h, node, _volume_pod("second"), _pvc("second-tmp-ephemeral", "default-storage-class"))
+
+
+def test_an_in_tree_ebs_claim_counts_against_the_ebs_csi_drivers_limit(h):
+    """suite_test.go Context("CSIMigration") It("should launch nodes for pods with non-dynamic PVC using a migrated
+    PVC/PV"): the StorageClass's provisioner is the in-tree kubernetes.io/aws-ebs; its claims count against the
+    ebs.csi.aws.com limit of the node's CSINode (one), so a second pod with its own claim gets a new NodeClaim."""
+    h.setup()
+    h.create(_storage_class("in-tree-storage-class", "kubernetes.io/aws-ebs", default=True), _pvc("pvc-1", "in-tree-storage-class"))
+    _provision_pod(h, _volume_pod("first", claim="pvc-1"))
+    node = _running_node_for(h, "first")
+    h.create(_csinode(node, **{"ebs.csi.aws.com": 1}),
+             {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "my-volume"},
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                       "awsElasticBlockStore": {"volumeID": "vol-0123456789abcdef0"}}})
+    assert not _second_pod_lands(h, node, _volume_pod("second", claim="pvc-2"), _pvc("pvc-2", "in-tree-storage-class"))
+
+
+def test_an_in_tree_ebs_ephemeral_volume_counts_against_the_ebs_csi_drivers_limit(h):
+    """suite_test.go Context("CSIMigration") It("should launch nodes for pods with ephemeral volume using a migrated
+    PVC/PV"): the same with generic ephemeral volumes naming the in-tree StorageClass."""
+    h.setup()
+    h.create(_storage_class("in-tree-storage-class", "kubernetes.io/aws-ebs", default=True))
+    h.create(_pvc("first-tmp-ephemeral", "in-tree-storage-class"))
+    _provision_pod(h, _volume_pod("first", ephemeral_class="in-tree-storage-class"))
+    node = _running_node_for(h, "first")
+    h.create(_csinode(node, **{"ebs.csi.aws.com": 1}))
+    assert not _second_pod_lands(h, node, _volume_pod("second", ephemeral_class="in-tree-storage-class"),
+                                 _pvc("second-tmp-ephemeral", "in-tree-storage-class"))

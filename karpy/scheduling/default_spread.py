@@ -58,12 +58,6 @@ class DefaultSpread:
         self.lookup = lookup
         self.services = services
 
-    @classmethod
-    def from_api(cls, constraints: list[Mapping[str, Any]], api: Any) -> "DefaultSpread":
-        """Defaults whose owners and Services are read from a Kubernetes API (``try_get`` and ``list``)."""
-        return cls(constraints, lambda kind, ns, name: api.try_get(kind, name, ns),
-                   lambda ns: api.list("Service", ns)[0])
-
     def _service_labels(self, ns: str, labels: Mapping[str, Any]) -> dict[str, str]:
         out: dict[str, str] = {}
         if self.services is None:

@@ -247,6 +247,9 @@ class PodInfo:
     host_ports: frozenset[tuple[str, int, str]]
     priority: int = 0
     volume_requirements: VolumeTopology | None = None  # what its volumes ask of the node (never part of requirements())
+    # its claims by the CSI driver whose per-node volume limit they count against (never part of its class: the
+    # pods of one class mount claims of their own)
+    volume_usage: Mapping[str, frozenset] | None = None
     obj: dict | None = None
     class_key: tuple = ()
     moving: bool = False  # being moved off a node by consolidation (not a pending pod)
@@ -414,6 +417,7 @@ def copy_for_relaxation(p: PodInfo) -> PodInfo:
         host_ports=p.host_ports,
         priority=p.priority,
         volume_requirements=p.volume_requirements,
+        volume_usage=p.volume_usage,
         obj=p.obj,
         class_key=p.class_key,
         moving=p.moving,

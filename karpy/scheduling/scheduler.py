@@ -48,6 +48,7 @@ from .pods import PodInfo, Taint, Toleration, copy_for_relaxation, class_key
 from .requirements import IN, NOT_IN, Requirement, Requirements
 from .reservations import RESERVED_OFFERING_ERROR, ReservationManager, offerings_to_reserve, reserved_offerings
 from .topology import ANTI_AFFINITY, SPREAD, Topology, TopologyGroup
+from .volumes import exceeds_limits
 
 # Upstream's core keeps at most this many instance types in a NodeClaim's requirements
 # (providers may send fewer to their launch API: AWS sends the 60 cheapest).
@@ -124,6 +125,7 @@ class ExistingNode:
     initialized: bool = True  # False: a NodeClaim still launching or registering
     takes_moving: bool = True  # False: pods moved by consolidation may not land here
     capacity: dict[str, int] | None = None  # what it counts against its NodePool's limits (None: allocatable)
+    volume_limits: Mapping[str, int] | None = None  # CSI driver -> volumes it may attach (its CSINode), if known
 
 
 # --- outputs ---------------------------------------------------------------------------
@@ -690,6 +692,7 @@ class Scheduler:
         self._keys_cache: set[str] | None = None
         self._keys_seen: dict = {}
         self._ports: dict[int, set] = {}  # host ports placed on existing nodes (by row)
+        self._volumes: dict[int, dict[str, set]] = {}  # volumes by CSI driver on existing nodes with limits (by row)
         self._prep: Prepared | None = None  # a solve made by from_prepared: the shared base
         self._gone: list[_Node] = []  # prepared nodes this solve leaves out
         self._universe_parts_cache: dict = {}
@@ -949,6 +952,11 @@ class Scheduler:
                     if ports is None:
                         ports = self._ports[node.row] = set(node.node.host_ports)
                     ports.update(cls.rep.host_ports)
+                if node.node.volume_limits:
+                    used = self._node_volumes(node)
+                    for p in taken:
+                        for driver, ids in (p.volume_usage or {}).items():
+                            used.setdefault(driver, set()).update(ids)
                 self._record(cls, node, n)
                 placed_existing.setdefault(node.node.name, []).extend(taken)
         return placed
@@ -1172,6 +1180,30 @@ class Scheduler:
         return all(g.key == LABEL_HOSTNAME for g in self._judging_groups(cls)) and not cls.affinities
 
     # --- capacity of one node or claim for a class -------------------------------------
+    def _node_volumes(self, node: _Node) -> dict[str, set]:
+        """The volumes on an existing node, by CSI driver: its bound pods' and those this solve placed there."""
+        used = self._volumes.get(node.row)
+        if used is None:
+            used = self._volumes[node.row] = {}
+            for p in node.node.bound_pods:
+                for driver, ids in (p.volume_usage or {}).items():
+                    used.setdefault(driver, set()).update(ids)
+        return used
+
+    def _volume_cap(self, cls: _Class, node: _Node, k: int) -> int:
+        """How many of the class's next ``k`` pods the node's volume limits (its CSINode) take, in order: none
+        once a driver would be over its limit with the node's volumes and theirs (upstream's ExceedsLimits)."""
+        limits = node.node.volume_limits or {}
+        acc = {d: set(ids) for d, ids in self._node_volumes(node).items()}
+        if exceeds_limits(acc, limits):
+            return 0
+        for i, p in enumerate(cls.pods[:k]):
+            for driver, ids in (p.volume_usage or {}).items():
+                acc.setdefault(driver, set()).update(ids)
+            if exceeds_limits(acc, limits):
+                return i
+        return k
+
     def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:
         if cls.rep.moving and not node.node.takes_moving:
             return 0, None
@@ -1193,6 +1225,10 @@ class Scheduler:
             return 0, None
         if cls.rep.host_ports:
             k = 1
+        if node.node.volume_limits:
+            k = self._volume_cap(cls, node, k)
+            if k <= 0:
+                return 0, None
         if cls.topology_bound():
             k, narrowed = self._topology_cap(cls, node, k, None)
             if k <= 0:

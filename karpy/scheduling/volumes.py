@@ -188,3 +188,68 @@ def volume_requirements(pod: Mapping[str, Any], lookup: Lookup) -> VolumeTopolog
     if alternatives == [None]:
         return None
     return VolumeTopology(tuple(a if a is not None else Requirements() for a in alternatives))
+
+
+# --- volume limits (CSINode) -------------------------------------------------------------------
+
+# in-tree volume plugins and the CSI drivers they migrated to (Kubernetes' csi-translation-lib), so a volume
+# provisioned by an in-tree StorageClass counts against the CSI driver's limit on the node
+IN_TREE_TO_CSI = {
+    "kubernetes.io/aws-ebs": "ebs.csi.aws.com",
+    "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
+    "kubernetes.io/azure-disk": "disk.csi.azure.com",
+    "kubernetes.io/azure-file": "file.csi.azure.com",
+    "kubernetes.io/cinder": "cinder.csi.openstack.org",
+    "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
+    "kubernetes.io/portworx-volume": "pxd.portworx.com",
+}
+
+
+def _driver(pvc: Mapping[str, Any], lookup: Lookup) -> str:
+    """The CSI driver a claim's volume counts against ("" when none is known), as upstream's ResolveDriver: a bound
+    claim's PersistentVolume (its CSI driver, or the EBS driver for an in-tree EBS volume), else its StorageClass's
+    provisioner (an in-tree one translated to its CSI driver)."""
+    spec = _spec(pvc)
+    if spec.get("volumeName"):
+        pv = lookup("PersistentVolume", "", str(spec["volumeName"]))
+        pvs = _spec(pv) if pv is not None else {}
+        if pvs.get("csi") is not None:
+            return str(pvs["csi"].get("driver") or "")
+        if pvs.get("awsElasticBlockStore") is not None:
+            return IN_TREE_TO_CSI["kubernetes.io/aws-ebs"]
+        return ""
+    name = spec.get("storageClassName")
+    if not name:
+        return ""  # no StorageClass: the claim was bound once and its volume is gone
+    sc = lookup("StorageClass", "", str(name))
+    if sc is None:
+        return ""
+    prov = str(sc.get("provisioner") or "")
+    return IN_TREE_TO_CSI.get(prov, prov)
+
+
+def volume_usage(pod: Mapping[str, Any], lookup: Lookup) -> dict[str, frozenset[str]] | None:
+    """The volumes the pod mounts, by the CSI driver whose per-node limit (CSINode ``allocatable.count``) they count
+    against: driver -> ``namespace/claim`` names. Claims that do not exist (yet) count nothing, as upstream."""
+    ns = str(_meta(pod).get("namespace") or "default")
+    out: dict[str, set[str]] = {}
+    for v in _spec(pod).get("volumes") or ():
+        name = claim_name(pod, v)
+        if name is None:
+            continue
+        pvc = lookup("PersistentVolumeClaim", ns, name)
+        if pvc is None:
+            continue
+        driver = _driver(pvc, lookup)
+        if driver:
+            out.setdefault(driver, set()).add(f"{ns}/{name}")
+    return {d: frozenset(ids) for d, ids in out.items()} or None
+
+
+def exceeds_limits(used: Mapping[str, "set[str] | frozenset[str]"], limits: Mapping[str, int]) -> str | None:
+    """Why ``used`` is over a node's volume limits (upstream's VolumeUsage.ExceedsLimits), or None."""
+    for driver, ids in used.items():
+        limit = limits.get(driver)
+        if limit is not None and len(ids) > limit:
+            return f"would exceed volume limit, provisioner {driver}, volume-count {len(ids)}, volume-limit {limit}"
+    return None

@@ -59,6 +59,14 @@ QUIET_BEFORE_JUMP = 300.0
 JUMP_MARGIN = 20.0
 
 
+def default_spread_from_api(constraints: list, api: Any) -> DefaultSpread:
+    """The cluster's default topology spread constraints, deducing each pod's selector from its owner and the Services
+    read from ``api`` (the world's API server, so the order in which objects reach an informer cache cannot decide
+    whether a pod is defaulted)."""
+    return DefaultSpread(constraints, lambda kind, ns, name: api.try_get(kind, name, ns),
+                         lambda ns: api.list("Service", ns)[0])
+
+
 class World:
     """The simulated cluster around Karpenter: workloads, kube-scheduler, kubelets, PDB status, cloud."""
 
@@ -138,7 +146,7 @@ class Simulation:
         if defaults:
             # (the owner is read from the API rather than the informer cache, so the order in which pods and their
             # owners reach the cache cannot decide whether a pod is defaulted)
-            compiler.default_spread = DefaultSpread.from_api(defaults, self.api)
+            compiler.default_spread = default_spread_from_api(defaults, self.api)
         self.world = World(self.mgr, self.api, self.clock, self.cloud, compiler)
         self.log.listeners.append(self.world.history.on_log)
         self.log.listen_for = set(History.LOG_MESSAGES)

@@ -32,7 +32,7 @@ from ..kube.times import parse_time
 from ..runtime.manager import Manager, condition, deleting, is_true
 from ..scheduling.pods import LabelSelector, PodInfo, Taint
 from ..scheduling.scheduler import ExistingNode
-from ..scheduling.volumes import has_volume_claims, volume_requirements
+from ..scheduling.volumes import has_volume_claims, volume_requirements, volume_usage
 from . import pods as P
 
 NODEPOOL_KIND = "NodePool"
@@ -251,6 +251,7 @@ class Cluster:
         self.daemonsets: dict[tuple[str, str], dict] = {}
         self.pdbs: dict[str, dict[str, dict]] = {}  # namespace -> name -> PDB
         self.volumes: dict[tuple[str, str, str], dict] = {}
+        self.csinodes: dict[str, dict[str, int]] = {}  # node name -> CSI driver -> volumes it may attach there
         self.nominations = Nominations()  # pod key -> StateNode key it was nominated to
         self.do_not_disrupt: set[str] = set()  # pods carrying karpenter.sh/do-not-disrupt
         self.deleting_claims: set[str] = set()  # NodeClaims with a deletionTimestamp
@@ -274,6 +275,7 @@ class Cluster:
         mgr.watch("PodDisruptionBudget", self.on_pdb)
         for k in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass"):
             mgr.watch(k, self.on_volume)
+        mgr.watch("CSINode", self.on_csinode)
 
     def _changed(self) -> None:
         self.version += 1
@@ -331,7 +333,9 @@ class Cluster:
         """The pod as the engine sees it, with its volumes' zone requirements."""
         if not has_volume_claims(e.obj):
             return e.info
-        return P.with_volume_requirements(e.info, volume_requirements(e.obj, self.volume_lookup))
+        # (volume usage only matters against a node's CSINode limits: not computed while no node has any)
+        usage = volume_usage(e.obj, self.volume_lookup) if self.csinodes else None
+        return P.with_volume_requirements(e.info, volume_requirements(e.obj, self.volume_lookup), usage)
 
     def pod_state(self, e: PodEntry) -> PodState:
         if e.state is None:
@@ -511,6 +515,21 @@ class Cluster:
             self.volumes[key] = obj
         self.version += 1
 
+    def on_csinode(self, etype: str, obj: dict, old: dict | None) -> None:
+        """A node's CSI drivers and how many volumes each may attach there (``allocatable.count``)."""
+        name = obj["metadata"]["name"]
+        limits = {str(d.get("name")): int((d.get("allocatable") or {})["count"])
+                  for d in (obj.get("spec") or {}).get("drivers") or ()
+                  if (d.get("allocatable") or {}).get("count") is not None}
+        if etype == DELETED or not limits:
+            self.csinodes.pop(name, None)
+        else:
+            self.csinodes[name] = limits
+        sn = self.by_node.get(name)
+        if sn is not None:
+            sn.touch()
+        self.version += 1
+
     def usage_for_limits(self) -> dict[str, dict[str, int]]:
         """NodePool -> what counts against its limits: the capacity (and "nodes") of its launched
         NodeClaims, less those marked for deletion or deleting (upstream's nodePoolResources)."""
@@ -642,6 +661,7 @@ class Cluster:
             name=sn.name, labels=labels, taints=taints, allocatable=sn.allocatable(), requested=requested,
             host_ports=ports, nodepool=sn.nodepool, bound_pods=[self.pod_info(x) for x in bound] + [x.info for x in nominated],
             schedulable=not sn.unschedulable(), initialized=sn.initialized(), capacity=sn.capacity(),
+            volume_limits=self.csinodes.get(sn.name) if sn.node is not None else None,
         )
         if not nominated:
             sn._existing = (version, e)

@@ -161,14 +161,17 @@ class PodCompiler:
         self._by_uid.pop((pod.get("metadata") or {}).get("uid") or pod_key(pod), None)
 
 
-def with_volume_requirements(info: PodInfo, reqs: Requirements | None) -> PodInfo:
-    """The pod with its volumes' zone requirements (a copy; ``info`` is shared)."""
-    if reqs is None:
+def with_volume_requirements(info: PodInfo, reqs: Requirements | None, usage: Mapping | None = None) -> PodInfo:
+    """The pod with its volumes' zone requirements and, when given, their volume usage (a copy; ``info`` is
+    shared)."""
+    if reqs is None and usage is None:
         return info
     out = copy.copy(info)
-    out.volume_requirements = reqs
-    out.class_key = class_key(out)
-    out.__dict__.pop("_label_key", None)
+    if reqs is not None:
+        out.volume_requirements = reqs
+        out.class_key = class_key(out)
+        out.__dict__.pop("_label_key", None)
+    out.volume_usage = usage
     return out
 
 
