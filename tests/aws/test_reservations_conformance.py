@@ -135,3 +135,49 @@ def test_only_a_capacity_block_near_its_end_is_expiring(env):
     assert sorted((o.reservation_id, o.available, o.reservation_capacity) for o in it.offerings
                   if o.capacity_type == "reserved") == \
         [("cr-block-later", True, 2), ("cr-block-soon", False, 2), ("cr-odcr-soon", True, 2)]
+
+
+def test_nodeclaims_in_a_capacity_block_near_its_end_are_deleted(env):
+    """Upstream's capacityreservation.expiration controller: every minute, a NodeClaim launched into a capacity block
+    within 40 minutes of its end is deleted (drained and replaced before EC2 ends the instance); NodeClaims in a
+    block ending later, in an on-demand reservation ending as soon, in a reservation EC2 no longer knows, or in none,
+    are kept."""
+    import datetime as dt
+
+    from karpy.cloudprovider.ec2.controllers import CapacityBlockExpiration
+    from karpy.kube.memory import MemoryAPI
+    from karpy.runtime.clock import SimClock
+    from karpy.runtime.log import Logger
+    from karpy.runtime.manager import Manager
+
+    from .test_capacity_reservations import reservation
+
+    p, _, faults, _ = env
+    now = dt.datetime.now(dt.timezone.utc)
+    soon, later = ((now + dt.timedelta(minutes=m)).isoformat() for m in (30, 120))
+    faults.capacity_reservations = [
+        reservation("cr-block-soon", CR_TYPE, CR_ZONE, 0, end=soon, rtype="capacity-block"),
+        reservation("cr-block-later", CR_TYPE, CR_ZONE, 0, end=later, rtype="capacity-block"),
+        reservation("cr-odcr-soon", CR_TYPE, CR_ZONE, 0, end=soon),
+    ]
+    clock = SimClock(0.0)
+    api = MemoryAPI(clock)
+    mgr = Manager(api, clock, strict=True)
+    ref = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+    rids = {"in-soon": "cr-block-soon", "in-later": "cr-block-later", "in-odcr": "cr-odcr-soon", "in-gone": "cr-gone",
+            "none": None}
+    for name, rid in rids.items():
+        labels = {"karpenter.sh/capacity-type": "reserved" if rid else "on-demand"}
+        if rid:
+            labels["karpenter.k8s.aws/capacity-reservation-id"] = rid
+        api.create({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name, "labels": labels},
+                    "spec": {"nodeClassRef": ref, "requirements": []}})
+    ctl = CapacityBlockExpiration(mgr, api, p.c, Logger(clock, level="error", keep=False))
+    mgr.add(ctl)
+    mgr.start()
+    mgr.pump()
+    assert ctl.reconcile("") == 60.0
+    assert sorted(n for n in rids if api.try_get("NodeClaim", n) is not None) == ["in-gone", "in-later", "in-odcr",
+                                                                                  "none"]
+    asked = sorted(c["CapacityReservationIds"][0] for c in faults.calls["DescribeCapacityReservations"])
+    assert asked == ["cr-block-later", "cr-block-soon", "cr-gone", "cr-odcr-soon"]

@@ -14,7 +14,9 @@
 * :class:`LaunchTemplateGC`, :class:`InstanceProfileGC`: launch templates unused for a minute, and instance
   profiles of EC2NodeClasses that are gone, are deleted; the NodeClass's finalizer
   (``karpenter.k8s.aws/termination``) deletes its own once no NodeClaim uses it;
-* :class:`TaggingController`: ``Name`` and ``karpenter.sh/nodeclaim`` on the instance once its Node registers.
+* :class:`TaggingController`: ``Name`` and ``karpenter.sh/nodeclaim`` on the instance once its Node registers;
+* :class:`CapacityBlockExpiration`: NodeClaims in a capacity block that ends within 40 minutes are deleted
+  (drained and replaced) before EC2 reclaims the instances, every minute.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import time
 from typing import Any
 
 from ...controllers.lifecycle import set_condition
+from ...kube import errors as E
 from ...runtime.events import ref
 from ..provider import NodeClaimNotFoundError
-from .clients import error_message
-from .nodeclass import CONDITIONS, FINALIZER, NodeClassResolver, hash_annotations
+from .. import aws as static
+from .clients import error_message, is_not_found
+from .nodeclass import CONDITIONS, FINALIZER, NodeClassResolver, capacity_block_expiring, hash_annotations
 from .provider import TAG_CLUSTER_NAME, TAG_NODECLAIM, EC2CloudProvider, instance_id_of
 
 TAGGED = "karpenter.k8s.aws/tagged"
@@ -262,6 +266,57 @@ class InstanceGC:
         return 10.0 if self.passes < 20 else 120.0
 
 
+class CapacityBlockExpiration:
+    """Every minute, the capacity reservations EC2NodeClass NodeClaims were launched into are read again; a NodeClaim
+    in a capacity block within 40 minutes of its end is deleted, so its pods move before EC2 ends the instance
+    (upstream's capacityreservation.expiration)."""
+
+    name = "capacityreservation.expiration"
+    periodic = True
+
+    def __init__(self, mgr: Any, api: Any, clients: Any, log: Any, every: float = 60.0):
+        self.mgr, self.api, self.c, self.log, self.every = mgr, api, clients, log, every
+
+    def setup(self, mgr: Any) -> None:
+        mgr.watch("NodeClaim", lambda etype, obj, old: None)  # read from the cache each pass
+        mgr.requeue_after(self, "", 0.0)
+
+    def reconcile(self, key: Any) -> float | None:
+        import datetime as dt
+
+        claims = [c for c in self.mgr.list("NodeClaim")
+                  if ((c.get("spec") or {}).get("nodeClassRef") or {}).get("kind") == "EC2NodeClass"
+                  and (c["metadata"].get("labels") or {}).get(static.LABEL_CAPACITY_RESERVATION_ID)]
+        ids = sorted({c["metadata"]["labels"][static.LABEL_CAPACITY_RESERVATION_ID] for c in claims})
+        now = dt.datetime.now(dt.timezone.utc)
+        expiring: set[str] = set()
+        for rid in ids:  # one query per ID, as upstream: an ID EC2 no longer knows fails only its own query
+            try:
+                for page in self.c.ec2.get_paginator("describe_capacity_reservations").paginate(
+                        CapacityReservationIds=[rid]):
+                    expiring.update(r["CapacityReservationId"] for r in page.get("CapacityReservations") or ()
+                                    if capacity_block_expiring(r, now))
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                if not is_not_found(e):
+                    self.log.error("getting capacity reservations", controller=self.name, error=error_message(e),
+                                   **{"capacity-reservation-id": rid})
+        for c in claims:
+            rid = c["metadata"]["labels"][static.LABEL_CAPACITY_RESERVATION_ID]
+            if rid not in expiring or c["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                self.api.delete("NodeClaim", c["metadata"]["name"])
+            except E.NotFound:
+                continue
+            except Exception as e:  # noqa: BLE001 - the next pass tries again
+                self.log.error("deleting nodeclaim", controller=self.name, error=str(e),
+                               NodeClaim={"name": c["metadata"]["name"]})
+                continue
+            self.log.info("initiating delete for capacity block expiration", controller=self.name,
+                          NodeClaim={"name": c["metadata"]["name"]}, **{"capacity-reservation-id": rid})
+        return self.every
+
+
 def _queued_for(m: dict) -> float | None:
     """Seconds the message waited in the queue (from SQS's SentTimestamp, in milliseconds)."""
     try:
@@ -428,7 +483,8 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
     provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))  # as upstream, on by default
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
-                   TaggingController(mgr, api, provider, aws.cluster_name, log)]
+                   TaggingController(mgr, api, provider, aws.cluster_name, log),
+                   CapacityBlockExpiration(mgr, api, clients, log)]
     if not aws.isolated_vpc:  # as upstream: no IAM instance-profile garbage collection in an isolated VPC
         controllers.append(InstanceProfileGC(mgr, resolver, log))
     workers = []

@@ -111,6 +111,24 @@ def profile_path(region: str, cluster: str, uid: str) -> str:
     return f"/karpenter/{region}/{cluster}/{uid}/"
 
 
+def reservation_end(r: dict) -> Any:
+    """A DescribeCapacityReservations entry's EndDate as an aware datetime, or None."""
+    import datetime as dt
+
+    end = r.get("EndDate")
+    if isinstance(end, str):
+        end = dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
+    return end
+
+
+def capacity_block_expiring(r: dict, now: Any) -> bool:
+    """As upstream, only a capacity block expires (its instances end with it): in its last 40 minutes nothing new
+    launches into it and its NodeClaims are deleted; an on-demand reservation with an end date stays active."""
+    end = reservation_end(r)
+    return r.get("ReservationType") == "capacity-block" and end is not None and \
+        (end - now).total_seconds() <= EXPIRING_WITHIN
+
+
 class NodeClassResolver:
     """Resolves EC2NodeClass status against the account (``clients``: :class:`~.clients.Clients`)."""
 
@@ -247,15 +265,10 @@ class NodeClassResolver:
         now = dt.datetime.now(dt.timezone.utc)
         out = []
         for r in sorted(found.values(), key=lambda r: r["CapacityReservationId"]):
-            end = r.get("EndDate")
-            if isinstance(end, str):
-                end = dt.datetime.fromisoformat(end.replace("Z", "+00:00"))
+            end = reservation_end(r)
             if end is not None and end <= now:
                 continue
-            # as upstream, only a capacity block expires (its instances end with it): no new launches in its last
-            # 40 minutes (the offering is unavailable); an on-demand reservation with an end date stays active
-            expiring = r.get("ReservationType") == "capacity-block" and end is not None and \
-                (end - now).total_seconds() <= EXPIRING_WITHIN
+            expiring = capacity_block_expiring(r, now)
             self.reservation_capacity[r["CapacityReservationId"]] = int(r.get("AvailableInstanceCount") or 0)
             item = {"id": r["CapacityReservationId"], "instanceType": r.get("InstanceType", ""),
                     "availabilityZone": r.get("AvailabilityZone", ""), "ownerID": r.get("OwnerId", ""),
