@@ -181,3 +181,30 @@ def test_nodeclaims_in_a_capacity_block_near_its_end_are_deleted(env):
                                                                                   "none"]
     asked = sorted(c["CapacityReservationIds"][0] for c in faults.calls["DescribeCapacityReservations"])
     assert asked == ["cr-block-later", "cr-block-soon", "cr-gone", "cr-odcr-soon"]
+
+
+def test_a_reservation_id_ec2_does_not_know_selects_nothing(env):
+    """As upstream's capacity-reservation provider: DescribeCapacityReservations answering NotFound for an ID term
+    leaves that reservation out; the other terms still resolve and the NodeClass stays ready."""
+    from karpy.cloudprovider.ec2.nodeclass import NodeClassResolver
+
+    from .conftest import CLUSTER, K8S, SSM_ROOT, nodeclass
+    from .test_capacity_reservations import reservation
+
+    p, _, faults, _ = env
+    faults.capacity_reservations = [reservation("cr-0aaa", CR_TYPE, CR_ZONE, 1, tags={"t": "x"})]
+    real = faults._reservations
+
+    def answer(params):
+        if params.get("CapacityReservationIds") == ["cr-0gone"]:
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "InvalidCapacityReservationId.NotFound", "Message": "gone"}},
+                              "DescribeCapacityReservations")
+        return real(params)
+
+    faults._reservations = answer
+    resolver = NodeClassResolver(p.c, CLUSTER, lambda: K8S, SSM_ROOT, lambda: "172.20.0.0/16")
+    res = resolver.resolve(nodeclass(capacityReservationSelectorTerms=[{"id": "cr-0gone"}, {"tags": {"t": "x"}}]))
+    assert [r["id"] for r in res.status["capacityReservations"]] == ["cr-0aaa"]
+    assert res.conditions["CapacityReservationsReady"][0] == "True"

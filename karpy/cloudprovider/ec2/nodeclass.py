@@ -259,9 +259,14 @@ class NodeClassResolver:
                 for k, v in sorted((term.get("tags") or {}).items()):
                     kw["Filters"].append({"Name": "tag-key", "Values": [k]} if v == "*" else
                                          {"Name": f"tag:{k}", "Values": [str(v)]})
-            for page in self.c.ec2.get_paginator("describe_capacity_reservations").paginate(**kw):
-                for r in page.get("CapacityReservations") or ():
-                    found[r["CapacityReservationId"]] = r
+            try:
+                for page in self.c.ec2.get_paginator("describe_capacity_reservations").paginate(**kw):
+                    for r in page.get("CapacityReservations") or ():
+                        found[r["CapacityReservationId"]] = r
+            except Exception as e:
+                if not (term.get("id") and is_not_found(e)):
+                    raise
+                # as upstream: a reservation ID EC2 does not know selects nothing (the rest still resolve)
         now = dt.datetime.now(dt.timezone.utc)
         out = []
         for r in sorted(found.values(), key=lambda r: r["CapacityReservationId"]):
