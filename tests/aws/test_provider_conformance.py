@@ -15,7 +15,7 @@ from karpy.cloudprovider import aws as static
 from karpy.cloudprovider.ec2.clients import Clients
 from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
 from karpy.cloudprovider.ec2.nodeclass import HASH_ANNOTATION, HASH_VERSION_ANNOTATION
-from karpy.resources import MEMORY, PODS
+from karpy.resources import MEMORY, PODS, format_resource_list
 
 from .conftest import REGION, nodeclass, preload
 
@@ -217,7 +217,7 @@ def provision(p, nc, requirements: list[dict], pod_cpu: str = "1", requests: dic
                      "values": [t.name for t in new.instance_types]})
     claim = {"metadata": {"name": "nc-1", "labels": {"karpenter.sh/nodepool": "default"}},
              "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                      "requirements": reqs}}
+                      "requirements": reqs, "resources": {"requests": format_resource_list(new.requests)}}}
     return new, p.create(claim)
 
 
@@ -347,3 +347,42 @@ def test_a_pod_requiring_the_other_tenancy_than_its_nodepool_is_not_scheduled(en
     assert "CreateFleet" not in faults.calls
     new, out = provision(p, nc, reqs, node_selector={TENANCY: np_tenancy})  # its NodePool's tenancy launches
     assert out["metadata"]["labels"][TENANCY] == np_tenancy
+
+
+# --- EFA interfaces in the launch template ------------------------------------------------------------------------
+
+M6IDN = [ON_DEMAND, {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m6idn.32xlarge"]}]
+
+
+def _interfaces(faults) -> list[list[dict]]:
+    return [c["LaunchTemplateData"]["NetworkInterfaces"] for c in faults.calls["CreateLaunchTemplate"]]
+
+
+def test_an_efa_request_attaches_one_efa_interface_per_network_card(env):
+    p, nc, faults, account = env
+    new, out = provision(p, nc, M6IDN, requests={"vpc.amazonaws.com/efa": "1"})
+    assert out["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m6idn.32xlarge"
+    sg = [g["id"] for g in nc["status"]["securityGroups"]]
+    assert _interfaces(faults) == [[  # m6idn.32xlarge: 2 EFAs
+        {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa", "Groups": sg},
+        {"NetworkCardIndex": 1, "DeviceIndex": 1, "InterfaceType": "efa", "Groups": sg}]]
+
+
+def test_without_an_efa_request_the_launch_template_has_one_plain_interface(env):
+    p, nc, faults, account = env
+    provision(p, nc, M6IDN)
+    assert _interfaces(faults) == [[{"DeviceIndex": 0, "Groups": [g["id"] for g in nc["status"]["securityGroups"]]}]]
+
+
+def test_the_nodeclass_network_interfaces_are_the_launch_templates(env):
+    p, nc, faults, account = env
+    nc["spec"]["associatePublicIPAddress"] = False
+    nc["spec"]["networkInterfaces"] = [{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+                                       {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}]
+    new, out = provision(p, nc, M6IDN, requests={"vpc.amazonaws.com/efa": "1"})
+    assert out is not None
+    sg = [g["id"] for g in nc["status"]["securityGroups"]]
+    assert _interfaces(faults) == [[
+        {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface", "Groups": sg,
+         "AssociatePublicIpAddress": False},
+        {"NetworkCardIndex": 1, "DeviceIndex": 0, "InterfaceType": "efa-only", "Groups": sg}]]

@@ -87,6 +87,32 @@ def tenancy_of(reqs: Requirements) -> str:
     return next((t for t in ("default", "dedicated") if allowed.has(t)), "default")
 
 
+def efa_interfaces(nc: dict, claim_spec: dict, it: InstanceType) -> int:
+    """EFA interfaces a launch of ``it`` attaches (upstream): the type's vpc.amazonaws.com/efa when the NodeClaim
+    requests that resource or the EC2NodeClass lists networkInterfaces, else none."""
+    requested = static.RESOURCE_EFA in (((claim_spec.get("resources") or {}).get("requests")) or {})
+    if not requested and (nc.get("spec") or {}).get("networkInterfaces") is None:
+        return 0
+    return int(it.capacity.get(static.RESOURCE_EFA, 0))
+
+
+def network_interfaces(spec: dict, groups: list[str], efas: int) -> list[dict]:
+    """The launch template's network interfaces, as upstream: the EC2NodeClass's ``networkInterfaces`` when it
+    lists some (EFA-only ones without a public address), else one EFA interface per network card for ``efas``
+    (device index 0 on card 0, 1 on the others), else one interface at device index 0."""
+    public = ({"AssociatePublicIpAddress": spec["associatePublicIPAddress"]}
+              if spec.get("associatePublicIPAddress") is not None else {})
+    listed = spec.get("networkInterfaces") or []
+    if listed:
+        return [{"NetworkCardIndex": int(n.get("networkCardIndex") or 0), "DeviceIndex": int(n.get("deviceIndex") or 0),
+                 "InterfaceType": n.get("interfaceType", "interface"), "Groups": groups,
+                 **(public if n.get("interfaceType") != "efa-only" else {})} for n in listed]
+    if efas:
+        return [{"NetworkCardIndex": i, "DeviceIndex": 0 if i == 0 else 1, "InterfaceType": "efa", "Groups": groups,
+                 **public} for i in range(efas)]
+    return [{"DeviceIndex": 0, "Groups": groups, **public}]
+
+
 def _matches(reqs: list[dict], it: InstanceType) -> bool:
     for r in reqs:
         v = it.labels.get(r["key"])
@@ -351,9 +377,8 @@ class EC2CloudProvider:
                                 "HttpProtocolIpv6": meta.get("httpProtocolIPv6", "disabled"),
                                 "HttpPutResponseHopLimit": int(meta.get("httpPutResponseHopLimit", 1)),
                                 "HttpTokens": meta.get("httpTokens", "required"), "InstanceMetadataTags": "disabled"},
-            "NetworkInterfaces": [{"DeviceIndex": 0, "Groups": [g["id"] for g in status.get("securityGroups") or ()],
-                                   **({"AssociatePublicIpAddress": spec["associatePublicIPAddress"]}
-                                      if spec.get("associatePublicIPAddress") is not None else {})}],
+            "NetworkInterfaces": network_interfaces(spec, [g["id"] for g in status.get("securityGroups") or ()],
+                                                    efa_interfaces(nc, claim_spec, it)),
             "BlockDeviceMappings": [{"DeviceName": b.get("deviceName"), "Ebs": {
                 k2: v for k2, v in {"VolumeSize": _gib((b.get("ebs") or {}).get("volumeSize")),
                                     "VolumeType": (b.get("ebs") or {}).get("volumeType"),
@@ -520,8 +545,15 @@ class EC2CloudProvider:
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or ()}
         zone = (inst.get("Placement") or {}).get("AvailabilityZone", "")
         spot = inst.get("SpotInstanceRequestId") or inst.get("InstanceLifecycle") == "spot"
+        ct = "spot" if spot else "on-demand"
+        # as upstream: an instance launched into a reservation (only) and still in it is reserved; once EC2 reports
+        # it in none (the reservation ended, the instance runs on), on-demand
+        if not spot and self.reserved_capacity and inst.get("CapacityReservationId") and \
+                (inst.get("CapacityReservationSpecification") or {}).get("CapacityReservationPreference") == \
+                "capacity-reservations-only":
+            ct = "reserved"
         labels = {LABEL_INSTANCE_TYPE: inst.get("InstanceType", ""), LABEL_ZONE: zone,
-                  LABEL_CAPACITY_TYPE: "spot" if spot else "on-demand", LABEL_NODEPOOL: tags.get(TAG_NODEPOOL, "")}
+                  LABEL_CAPACITY_TYPE: ct, LABEL_NODEPOOL: tags.get(TAG_NODEPOOL, "")}
         meta: dict[str, Any] = {"name": tags.get(TAG_NODECLAIM, ""), "labels": labels}
         if (inst.get("State") or {}).get("Name") in ("shutting-down", "terminated"):
             meta["deletionTimestamp"] = "terminating"
