@@ -331,7 +331,7 @@ def test_network_settings_are_read_and_checked(env, monkeypatch):
     # upstream's own validation refuses kubenet too: network-plugin must be azure or none
     ("NETWORK_PLUGIN", "kubenet", "NETWORK_PLUGIN (--network-plugin): invalid value \"kubenet\": must be azure or none"),
     ("PROVISION_MODE", "bootstrappingclient", "not supported by karpy yet"),
-])
+], ids=["kubenet", "bootstrappingclient"])
 def test_settings_karpy_refuses_at_start_up_are_named(env, monkeypatch, var, value, message):
     from karpy.controller.settings import SettingsError, resolve
 
