@@ -208,3 +208,59 @@ def test_a_reservation_id_ec2_does_not_know_selects_nothing(env):
     res = resolver.resolve(nodeclass(capacityReservationSelectorTerms=[{"id": "cr-0gone"}, {"tags": {"t": "x"}}]))
     assert [r["id"] for r in res.status["capacityReservations"]] == ["cr-0aaa"]
     assert res.conditions["CapacityReservationsReady"][0] == "True"
+
+
+def test_a_reserved_nodeclaim_whose_instance_left_its_reservation_becomes_on_demand(env, monkeypatch):
+    """Upstream's capacityreservation.capacitytype controller: an instance EC2 reports in no reservation any more (the
+    reservation ended, the instance runs on) demotes its reserved NodeClaim, and its registered Node, to on-demand
+    without the reservation labels; an instance still in its reservation keeps them."""
+    from karpy.cloudprovider.ec2.controllers import CapacityTypeSync
+    from karpy.kube.memory import MemoryAPI
+    from karpy.runtime.clock import SimClock
+    from karpy.runtime.log import Logger
+    from karpy.runtime.manager import Manager
+
+    p, nc, _, _ = env
+    p.reservations = {CR_ID: 2}
+    nc["status"]["capacityReservations"] = [{
+        "id": CR_ID, "instanceType": CR_TYPE, "availabilityZone": CR_ZONE, "ownerID": "123456789012",
+        "instanceMatchCriteria": "targeted", "reservationType": "default", "state": "active"}]
+    launched = {n: p.create(claim(n, types=(CR_TYPE,), ct="reserved")) for n in ("nc-kept", "nc-ended")}
+    pids = {n: c["status"]["providerID"] for n, c in launched.items()}
+    # EC2 reports the reservation of nc-kept's instance only (moto leaves it out for a fleet's instance)
+    kept_iid = pids["nc-kept"].rsplit("/", 1)[-1]
+    real = p._describe
+
+    def describe(**kw):
+        return [{**i, "CapacityReservationId": CR_ID,
+                 "CapacityReservationSpecification": {"CapacityReservationPreference": "capacity-reservations-only"}}
+                if i["InstanceId"] == kept_iid else i for i in real(**kw)]
+
+    monkeypatch.setattr(p, "_describe", describe)
+    clock = SimClock(0.0)
+    api = MemoryAPI(clock)
+    for n, c in launched.items():
+        labels = c["metadata"]["labels"]
+        assert (labels["karpenter.sh/capacity-type"], labels["karpenter.k8s.aws/capacity-reservation-id"]) == \
+            ("reserved", CR_ID)
+        api.create({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": n, "labels": labels},
+                    "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                             "requirements": []}, "status": {"providerID": pids[n]}})
+        api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{n}",
+                                                                    "labels": {**labels, "karpenter.sh/registered": "true"}},
+                    "spec": {"providerID": pids[n]}})
+    mgr = Manager(api, clock, strict=True)
+    ctl = CapacityTypeSync(mgr, api, p, Logger(clock, level="error", keep=False))
+    mgr.add(ctl)
+    mgr.start()
+    mgr.pump()
+    assert ctl.reconcile("") == 60.0
+    reservation_labels = ("karpenter.k8s.aws/capacity-reservation-id", "karpenter.k8s.aws/capacity-reservation-type")
+    for obj in (api.get("NodeClaim", "nc-ended"), api.get("Node", "node-nc-ended")):
+        labels = obj["metadata"]["labels"]
+        assert labels["karpenter.sh/capacity-type"] == "on-demand"
+        assert not any(k in labels for k in reservation_labels)
+    for obj in (api.get("NodeClaim", "nc-kept"), api.get("Node", "node-nc-kept")):
+        labels = obj["metadata"]["labels"]
+        assert (labels["karpenter.sh/capacity-type"], labels["karpenter.k8s.aws/capacity-reservation-id"],
+                labels["karpenter.k8s.aws/capacity-reservation-type"]) == ("reserved", CR_ID, "default")

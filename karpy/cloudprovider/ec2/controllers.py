@@ -16,7 +16,9 @@
   (``karpenter.k8s.aws/termination``) deletes its own once no NodeClaim uses it;
 * :class:`TaggingController`: ``Name`` and ``karpenter.sh/nodeclaim`` on the instance once its Node registers;
 * :class:`CapacityBlockExpiration`: NodeClaims in a capacity block that ends within 40 minutes are deleted
-  (drained and replaced) before EC2 reclaims the instances, every minute.
+  (drained and replaced) before EC2 reclaims the instances, every minute;
+* :class:`CapacityTypeSync`: a reserved NodeClaim whose instance EC2 reports in no reservation any more is
+  relabelled on-demand (and its Node), every minute.
 """
 
 from __future__ import annotations
@@ -317,6 +319,64 @@ class CapacityBlockExpiration:
         return self.every
 
 
+class CapacityTypeSync:
+    """Every minute, a ``reserved`` NodeClaim whose instance EC2 now reports in no reservation (an on-demand capacity
+    reservation ended and the instance runs on) becomes ``on-demand``, without the reservation ID and type labels, and
+    so does its registered Node (upstream's capacityreservation.capacitytype). Nothing is promoted to reserved."""
+
+    name = "capacityreservation.capacitytype"
+    periodic = True
+    RESERVATION_LABELS = (static.LABEL_CAPACITY_RESERVATION_ID, static.LABEL_CAPACITY_RESERVATION_TYPE)
+
+    def __init__(self, mgr: Any, api: Any, provider: EC2CloudProvider, log: Any, every: float = 60.0):
+        self.mgr, self.api, self.provider, self.log, self.every = mgr, api, provider, log, every
+
+    def setup(self, mgr: Any) -> None:
+        for kind in ("NodeClaim", "Node"):  # read from the cache each pass
+            mgr.watch(kind, lambda etype, obj, old: None)
+        mgr.requeue_after(self, "", 0.0)
+
+    def _demote(self, kind: str, obj: dict) -> bool:
+        patch = {"metadata": {"labels": {"karpenter.sh/capacity-type": "on-demand",
+                                         **{k: None for k in self.RESERVATION_LABELS}}}}
+        try:
+            self.api.patch(kind, obj["metadata"]["name"], patch)
+        except E.NotFound:
+            return False
+        return True
+
+    def reconcile(self, key: Any) -> float | None:
+        try:
+            listed = self.provider.list()
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            self.log.error("listing instances", controller=self.name, error=error_message(e))
+            return self.every
+        on_demand = {c["status"]["providerID"] for c in listed
+                     if c["metadata"]["labels"].get("karpenter.sh/capacity-type") == "on-demand"}
+        reserved_nodes: dict[str, list[dict]] = {}
+        for node in self.mgr.list("Node"):
+            labels = node["metadata"].get("labels") or {}
+            # registered Nodes only: an unregistered one gets its labels from the NodeClaim when it registers
+            if labels.get("karpenter.sh/capacity-type") == "reserved" and labels.get("karpenter.sh/registered") == "true" \
+                    and not node["metadata"].get("deletionTimestamp"):
+                reserved_nodes.setdefault((node.get("spec") or {}).get("providerID") or "", []).append(node)
+        updated = []
+        for nc in self.mgr.list("NodeClaim"):
+            pid = (nc.get("status") or {}).get("providerID")
+            if pid not in on_demand or nc["metadata"].get("deletionTimestamp"):
+                continue
+            if (nc["metadata"].get("labels") or {}).get("karpenter.sh/capacity-type") == "reserved" and \
+                    self._demote("NodeClaim", nc):
+                updated.append(nc["metadata"]["name"])
+            for node in reserved_nodes.get(pid, ()):
+                if self._demote("Node", node) and nc["metadata"]["name"] not in updated:
+                    updated.append(nc["metadata"]["name"])
+        if updated:
+            self.log.debug("updated capacity type for nodeclaims", controller=self.name,
+                           NodeClaims=[{"name": n} for n in updated])
+        return self.every
+
+
 def _queued_for(m: dict) -> float | None:
     """Seconds the message waited in the queue (from SQS's SentTimestamp, in milliseconds)."""
     try:
@@ -484,7 +544,7 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
                    TaggingController(mgr, api, provider, aws.cluster_name, log),
-                   CapacityBlockExpiration(mgr, api, clients, log)]
+                   CapacityBlockExpiration(mgr, api, clients, log), CapacityTypeSync(mgr, api, provider, log)]
     if not aws.isolated_vpc:  # as upstream: no IAM instance-profile garbage collection in an isolated VPC
         controllers.append(InstanceProfileGC(mgr, resolver, log))
     workers = []
