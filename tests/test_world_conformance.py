@@ -696,3 +696,11 @@ def test_an_in_tree_ebs_ephemeral_volume_counts_against_the_ebs_csi_drivers_limi
     h.create(_csinode(node, **{"ebs.csi.aws.com": 1}))
     assert not _second_pod_lands(h, node, _volume_pod("second", ephemeral_class="in-tree-storage-class"),
                                  _pvc("second-tmp-ephemeral", "in-tree-storage-class"))
+
+
+def test_a_replication_controllers_selector_is_deduced_as_labels():
+    """defaultconstraints_test.go It("should deduce a ReplicationController's selector"): merged into matchLabels,
+    not ANDed as requirements as a ReplicaSet's are."""
+    api = _api()
+    rc = _owner(api, "ReplicationController", "legacy", {"app": "legacy"})
+    assert _deduce(api, {"app": "legacy"}, rc) == ({"app": "legacy"}, [])
