@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from karpy.cloudprovider.provider import InsufficientCapacityError
+from tests.helpers import pod
 
 from .test_provider import NODECLASS, claim, provider  # noqa: F401 - the provider fixture on the fake ARM
 from .test_provider_conformance import CAPACITY_TYPE, INSTANCE_TYPE, ZONE, nodepool, provision, req, vm_puts
-from tests.helpers import pod
 
 ULTRA = "karpenter.azure.com/sku-storage-ultra-ssd"
 ZONES = {"eastus-1", "eastus-2", "eastus-3"}
