@@ -7,7 +7,8 @@ labels, capacity and allocatable (kube-reserved, eviction threshold, VM memory o
 subscription says instead of the static data: vCPUs, memory, architecture, accelerated networking, premium
 IO, the zones the SKU is offered in (less zones a restriction names; a SKU restricted in the whole location is
 dropped; a SKU with zones is offered in the regional zone "0" as well, as upstream), spot only where
-``LowPriorityCapable`` is True. Prices: the Azure Retail Prices API's
+``LowPriorityCapable`` is True; with ``spec.security.encryptionAtHost`` only SKUs whose
+``EncryptionAtHostSupported`` is True. Prices: the Azure Retail Prices API's
 (:mod:`.pricing`), else karpy's static Azure prices of the region (spot estimated as the offline catalog
 does); a SKU neither prices costs upstream's 999 so it goes last. What launch needs is kept per SKU: the ARM family (quota), the largest ephemeral OS disk, the Hyper-V
 generations and accelerated networking.
@@ -108,6 +109,7 @@ class SkuInfo:
     ultra_ssd: bool = False  # UltraSSD in every zone the SKU is offered in (regional: the SKU's capability)
     hyperv_label: str = ""  # the sku-hyperv-generation label: "2", "1", or "" when HyperVGenerations names neither
     gpus: int = 0  # the GPUs capability
+    encryption_at_host: bool = False  # the EncryptionAtHostSupported capability is True
 
 
 def _true(value: Any) -> bool:
@@ -195,7 +197,8 @@ def sku_info(sku: dict, location: str) -> SkuInfo | None:
         spot=caps.get("LowPriorityCapable") == "True", ephemeral_max_gb=eph, ephemeral_placement=placement,
         hyperv=tuple(v.strip() for v in caps.get("HyperVGenerations", "V1").split(",") if v.strip()),
         accelerated_networking=_true(caps.get("AcceleratedNetworkingEnabled")), ultra_ssd=ultra,
-        hyperv_label=hyperv_label, gpus=_int(caps, "GPUs"))
+        hyperv_label=hyperv_label, gpus=_int(caps, "GPUs"),
+        encryption_at_host=_true(caps.get("EncryptionAtHostSupported")))
 
 
 def _gpus(info: SkuInfo, known: dict | None) -> dict | None:
@@ -278,8 +281,10 @@ class InstanceTypes:
         params = static.provider._params(nodeclass)
         if not ((nodeclass or {}).get("spec") or {}).get("maxPods"):
             params["max_pods"] = self.default_max_pods
+        # spec.security.encryptionAtHost: only SKUs whose EncryptionAtHostSupported capability is True (upstream)
+        encryption = bool((((nodeclass or {}).get("spec") or {}).get("security") or {}).get("encryptionAtHost"))
         key = (self.version, tuple(sorted(params.items())), self.prices.version if self.prices is not None else 0,
-               self.cluster)
+               self.cluster, encryption)
         with self.lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -294,6 +299,8 @@ class InstanceTypes:
             if azure_linux and (size.get("gpus") or {}).get("manufacturer") and not (gpu_size(name) or ("", False))[1]:
                 continue  # a GPU size AzureLinux images do not support (upstream's registry: Ubuntu only)
             if params["local_dns"] and info.vcpus < 4:
+                continue
+            if encryption and not info.encryption_at_host:
                 continue
             prices = size["prices"].get(self.location)
             if self.prices is not None:

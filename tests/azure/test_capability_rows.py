@@ -1,0 +1,60 @@
+"""Rows of upstream's Azure instance-type suite (Azure/karpenter-provider-azure pkg/providers/instancetype/suite_test.go,
+v1.14) that depend on what the Resource SKUs API reports of each size, checked against karpy's Azure provider on
+the fake ARM through the real SDK: the SKU list is what ``Microsoft.Compute/skus`` answers, refreshed by the
+provider."""
+
+from __future__ import annotations
+
+import copy
+
+from .test_provider import NODECLASS, provider  # noqa: F401 - the provider fixture on the fake ARM
+
+NO_ENCRYPTION = "Standard_D2_v2"  # upstream's fake SKU data: EncryptionAtHostSupported False
+WITH_ENCRYPTION = ("Standard_D2s_v3", "Standard_D2_v5")  # EncryptionAtHostSupported True
+NODEPOOL = {"kind": "NodePool", "metadata": {"name": "default-demo"}, "spec": {"template": {"spec": {
+    "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"}}}}}
+
+
+def _set_capability(fake, size: str, name: str, value: str) -> None:
+    (sku,) = [s for s in fake.skus if s["name"] == size]
+    caps = [c for c in sku["capabilities"] if c["name"] != name]
+    sku["capabilities"] = [*caps, {"name": name, "value": value}]
+
+
+def _names(provider, nodeclass: dict) -> set[str]:  # noqa: F811 - the fixture's object
+    return {it.name for it in provider.get_instance_types(NODEPOOL, nodeclass)}
+
+
+def _with_encryption(value) -> dict:
+    nc = copy.deepcopy(NODECLASS)
+    nc["spec"]["security"] = {"encryptionAtHost": value}
+    return nc
+
+
+def test_encryption_at_host_keeps_only_skus_that_support_it(fake, provider):  # noqa: F811
+    """Context("when encryption at host is enabled") It("should only include SKUs that support encryption at
+    host"): with ``spec.security.encryptionAtHost: true`` a SKU whose EncryptionAtHostSupported is False (or
+    unnamed) is not offered; those reporting True are."""
+    _set_capability(fake, NO_ENCRYPTION, "EncryptionAtHostSupported", "False")
+    provider.types.refresh(force=True)
+    names = _names(provider, _with_encryption(True))
+    assert NO_ENCRYPTION not in names
+    assert set(WITH_ENCRYPTION) <= names
+    # a SKU that does not name the capability at all is not taken to support it
+    (sku,) = [s for s in fake.skus if s["name"] == WITH_ENCRYPTION[0]]
+    sku["capabilities"] = [c for c in sku["capabilities"] if c["name"] != "EncryptionAtHostSupported"]
+    provider.types.refresh(force=True)
+    names = _names(provider, _with_encryption(True))
+    assert WITH_ENCRYPTION[0] not in names and WITH_ENCRYPTION[1] in names
+
+
+def test_without_encryption_at_host_every_sku_is_offered(fake, provider):  # noqa: F811
+    """Context("when encryption at host is disabled or not set") It("should include SKUs regardless of encryption
+    at host support"): no ``security`` block, or ``encryptionAtHost: false``, filters nothing."""
+    _set_capability(fake, NO_ENCRYPTION, "EncryptionAtHostSupported", "False")
+    provider.types.refresh(force=True)
+    for nc in (NODECLASS, _with_encryption(False)):
+        names = _names(provider, nc)
+        assert {NO_ENCRYPTION, *WITH_ENCRYPTION} <= names
+    # the same provider, asked for encryption at host afterwards, still filters (no answer is reused across)
+    assert NO_ENCRYPTION not in _names(provider, _with_encryption(True))
