@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..cloudprovider import kubelet_cel
 from ..disruption import highs
 from ..resources import DurationRangeError, parse_duration
 from ..timeutil import normalize_rfc3339
@@ -97,6 +98,7 @@ FEATURE_GATE_DEFAULTS = {
     "NodeOverlay": False,
     "StaticCapacity": False,
     "CapacityBuffer": False,
+    "NodeClassCEL": False,  # aws provider: CEL expressions in EC2NodeClass kubelet fields
     # karpy's own improvements on upstream's decisions (docs/feature-gates.md), off by default
     "CostRefinement": False,
     "ZonePinning": False,
@@ -137,6 +139,8 @@ def _check_feature_gates(gates: dict, path: str, ctx: Ctx) -> None:
             ctx.err(child(path, k), not_supported(k, FEATURE_GATE_DEFAULTS))
         elif k == highs.GATE and gates[k] is True and highs.missing():
             ctx.err(child(path, k), highs.missing())
+        elif k == kubelet_cel.GATE and gates[k] is True and kubelet_cel.missing():
+            ctx.err(child(path, k), kubelet_cel.missing())
 
 
 def _check_default_constraints(lst: list, path: str, ctx: Ctx) -> None:

@@ -64,10 +64,14 @@ tenancy / zone-id labels; karpy's AWS provider against the EC2 API
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..resources import CPU, EPHEMERAL, MEMORY, PODS, parse_quantity, to_units
+from . import kubelet_cel
 from .catalog import CatalogProvider, priced_offering, spec
 from .types import (
     CAPACITY_ON_DEMAND,
@@ -233,6 +237,32 @@ def _reserved_overrides(values: Mapping[str, Any] | None) -> dict[str, int]:
     return out
 
 
+def _reserved_expressions(values: Mapping[str, Any] | None) -> dict[str, str]:
+    """kubeReserved / systemReserved entries that are expressions (feature gate NodeClassCEL); "pid" is not a
+    schedulable resource."""
+    return {str(k): str(v) for k, v in (values or {}).items() if k != "pid" and not _is_quantity(v)}
+
+
+@functools.lru_cache(maxsize=1)
+def _ipv4_per_interface() -> dict[str, int]:
+    """IPv4 addresses per network interface of the types the VPC resource controller knows."""
+    path = Path(__file__).resolve().parent / "data" / "aws_vpc_limits.json"
+    return json.loads(path.read_text())["ipv4_per_interface"]
+
+
+def eni_limits(size: Mapping[str, Any]) -> tuple[int, int]:
+    """(interfaces of the default network card, IPv4 addresses per interface) of a record: its own, else
+    derived from the VPC resource controller's IPv4 count and the ENI-limited pods (ENIs x (IPv4 - 1) + 2);
+    0 where unknown, as upstream without EC2's network info."""
+    if size.get("default_enis") is not None:
+        return int(size["default_enis"]), int(size.get("ips_per_eni") or 0)
+    ips = _ipv4_per_interface().get(str(size.get("name") or ""), 0)
+    pods = int(size.get("max_pods") or 0)
+    if ips > 1 and pods > 2 and (pods - 2) % (ips - 1) == 0:
+        return (pods - 2) // (ips - 1), ips
+    return 0, ips
+
+
 def memory_capacity(memory_mib: int, arch: str) -> int:
     """Node memory capacity in bytes after the arm64 CMA reservation and the VM overhead."""
     mib = memory_mib - (ARM64_CMA_MIB if arch == "arm64" else 0)
@@ -374,6 +404,45 @@ class AWSProvider(CatalogProvider):
             "raid0": s.get("instanceStorePolicy") == "RAID0",
         }
 
+    def gated_params(self, nodeclass: Mapping[str, Any] | None, gates: Mapping[str, bool]) -> dict[str, Any]:
+        """With the NodeClassCEL gate on, the kubelet expressions too (resolved per type by resolve_kubelet)."""
+        params = self._params(nodeclass)
+        if not gates.get(kubelet_cel.GATE):
+            return params
+        kubelet = spec(nodeclass).get("kubelet") or {}
+        max_pods = kubelet.get("maxPods")
+        cel = {
+            "max_pods": max_pods if isinstance(max_pods, str) else None,
+            "kube_reserved": _reserved_expressions(kubelet.get("kubeReserved")),
+            "system_reserved": _reserved_expressions(kubelet.get("systemReserved")),
+        }
+        if cel["max_pods"] is not None or cel["kube_reserved"] or cel["system_reserved"]:
+            params["cel"] = cel  # no expression: the same parameters (and cache entry) as with the gate off
+        return params
+
+    def resolve_kubelet(self, size: Mapping[str, Any], family: AMIFamily, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The parameters with the kubelet expressions of gated_params resolved for one type: maxPods first (its
+        max_pods the default pod count), then kubeReserved / systemReserved against the resolved pods;
+        KubeletExpressionError when maxPods cannot be resolved."""
+        cel = params.get("cel")
+        if not cel:
+            return params
+        out = {k: v for k, v in params.items() if k != "cel"}
+        enis, ips = eni_limits(size)
+
+        def variables() -> kubelet_cel.InstanceTypeVars:
+            return kubelet_cel.InstanceTypeVars(
+                vcpus=int(size["vcpu"]), memory_mib=int(size["memory"]), default_enis=enis, ips_per_eni=ips,
+                max_pods=self.pods(size, family, out), instance_type=str(size.get("name") or ""))
+
+        if cel["max_pods"] is not None:
+            out["max_pods"] = kubelet_cel.resolve_max_pods(cel["max_pods"], variables())
+        for field in ("kube_reserved", "system_reserved"):
+            if cel[field]:
+                resolved, _dropped = kubelet_cel.resolve_reserved(cel[field], variables())
+                out[field] = {**out[field], **_reserved_overrides(resolved)}
+        return out
+
     # -- per-type pieces ------------------------------------------------------
 
     @staticmethod
@@ -410,6 +479,7 @@ class AWSProvider(CatalogProvider):
         self, size: Mapping[str, Any], family: AMIFamily, params: Mapping[str, Any]
     ) -> tuple[dict[str, int], dict[str, int]]:
         """Capacity and overhead of one catalog record under one AMI family and kubelet setup."""
+        params = self.resolve_kubelet(size, family, params)
         vcpu = size["vcpu"]
         gpus = size.get("gpus") or {}
         accel = size.get("accelerators") or {}
@@ -438,10 +508,11 @@ class AWSProvider(CatalogProvider):
         return capacity, overhead
 
     def resources_for(
-        self, size: Mapping[str, Any], nodeclass: Mapping[str, Any] | None = None
+        self, size: Mapping[str, Any], nodeclass: Mapping[str, Any] | None = None,
+        gates: Mapping[str, bool] | None = None,
     ) -> tuple[dict[str, int], dict[str, int]]:
         """Capacity and overhead of a catalog record for an EC2NodeClass (any region, priced or not)."""
-        params = self._params(nodeclass)
+        params = self.gated_params(nodeclass, gates or {})
         return self.resources(size, AMI_FAMILIES[params["ami_family"]], params)
 
     def _build(self, region: str, params: dict[str, Any]) -> list[InstanceType]:

@@ -150,9 +150,10 @@ class CatalogProvider:
     def registration_delay(self, nodeclass: Mapping[str, Any] | None) -> float:
         return self.DEFAULT_REGISTRATION_DELAY
 
-    def instance_types(self, region: str | None, nodeclass: Mapping[str, Any] | None) -> list[InstanceType]:
+    def instance_types(self, region: str | None, nodeclass: Mapping[str, Any] | None,
+                       gates: Mapping[str, bool] | None = None) -> list[InstanceType]:
         region = self.check_region(region)
-        params = self._params(nodeclass)
+        params = self.gated_params(nodeclass, gates or {})
         key = (region, freeze(params))
         with self._lock:
             cached = self._cache.get(key)
@@ -171,6 +172,10 @@ class CatalogProvider:
     def _params(self, nodeclass: Mapping[str, Any] | None) -> Any:
         """The NodeClass fields that change the instance types (must be freezable)."""
         return None
+
+    def gated_params(self, nodeclass: Mapping[str, Any] | None, gates: Mapping[str, bool]) -> Any:
+        """:meth:`_params` under the feature gates that change what a NodeClass means (none by default)."""
+        return self._params(nodeclass)
 
     def _build(self, region: str, params: Any) -> list[InstanceType]:
         raise NotImplementedError

@@ -366,6 +366,7 @@ class SimulatedCloudProvider:
         self._cand_cache: dict[tuple, tuple[Any, list]] = {}
         self.overlays: Any = None  # the NodeOverlays' OverlayStore (karpy/cloudprovider/overlay.py), gate on
         self.reserved_capacity = True  # feature gate ReservedCapacity: reservations are offered
+        self.gates: dict[str, bool] = {}  # the feature gates that change instance types (NodeClassCEL)
 
     # --- catalogs ----------------------------------------------------------------------------
     def catalog(self, nodeclass_ref: dict | None) -> CatalogProvider:
@@ -395,7 +396,7 @@ class SimulatedCloudProvider:
     def _catalog_types(self, cat: CatalogProvider, region: str, nodeclass: dict | None) -> list[InstanceType]:
         """The catalog's instance types, with the cloud's capacity reservations as ``reserved`` offerings
         (feature gate ``ReservedCapacity``)."""
-        types = cat.instance_types(region, nodeclass)
+        types = cat.instance_types(region, nodeclass, self.gates)
         return self.cloud.with_reservations(types) if self.reserved_capacity else types
 
     def get_instance_types(self, nodepool: dict, nodeclass: dict | None) -> list[InstanceType]:

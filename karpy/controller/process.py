@@ -63,6 +63,7 @@ class ControllerProcess:
         self.provider: Any = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder, kinds=kinds,
                                                     name=settings.cloud_provider)
         self.provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))
+        self.provider.gates = dict(settings.feature_gates)
         if settings.reservations:
             self.cloud.set_reservations(settings.reservations)
         provider_controllers: list = []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cloudprovider.arm.settings import ENV as AZURE_ENV
+from ..cloudprovider import kubelet_cel
 from ..controllers.env import DEFAULT_FEATURE_GATES
 from ..disruption import highs
 from ..resources import parse_duration
@@ -152,6 +153,8 @@ def parse_feature_gates(name: str, value: str) -> dict[str, bool]:
         gates[k] = _bool(f"{name} {k}", v)
     if gates.get(highs.GATE) and highs.missing():
         raise SettingsError(f"{name}: {highs.missing()}")
+    if gates.get(kubelet_cel.GATE) and kubelet_cel.missing():
+        raise SettingsError(f"{name}: {kubelet_cel.missing()}")
     return gates
 
 

@@ -20,6 +20,7 @@ DEFAULT_FEATURE_GATES = {
     "NodeOverlay": False,
     "StaticCapacity": False,
     "CapacityBuffer": False,
+    "NodeClassCEL": False,  # aws provider: CEL expressions in EC2NodeClass kubelet fields
     # karpy's own (docs/feature-gates.md): off by default, so decisions are upstream's
     "CostRefinement": False,
     "ZonePinning": False,

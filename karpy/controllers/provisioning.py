@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import resources as res
 from ..api import labels as api_labels
+from ..cloudprovider.kubelet_cel import KubeletExpressionError
 from ..cloudprovider.overlay import overlay_annotations
 from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
 from ..disruption.candidates import currently_reschedulable
@@ -216,7 +217,11 @@ class Provisioner:
                 if daemons is None:
                     # IgnoreDRARequests: DaemonSet pods asking for devices add no overhead (karpy.scheduling.dra)
                     daemons = [d for d in c.daemon_pods() if not (d.dra and env.settings.ignore_dra_requests)]
-                types = env.cloud.get_instance_types(np, nodeclass)
+                try:
+                    types = env.cloud.get_instance_types(np, nodeclass)
+                except KubeletExpressionError as e:  # upstream skips a NodePool whose instance types fail to resolve
+                    problems[name] = f'incompatible with nodepool "{name}", unable to resolve instance types, {e}'
+                    continue
                 base = build_template(np, types, daemons, {}, env.cloud.well_known_labels(np))
                 self._tpl_cache[name] = (key, base)
             if not base.instance_types:  # upstream's scheduler drops the NodePool and says so on it

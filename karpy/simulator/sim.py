@@ -134,6 +134,7 @@ class Simulation:
         self.recorder = Recorder(self.api, self.clock)
         self.provider = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder)
         self.provider.reserved_capacity = self.settings.gate("ReservedCapacity")
+        self.provider.gates = dict(self.settings.feature_gates)
         self.cloud.set_reservations(spec.get("reservations"))
         self.karpenter: Karpenter | None = None
         if karpenter:

@@ -541,6 +541,7 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
                                  lambda: cluster()["cidr"])
     provider.reservations = resolver.reservation_capacity  # the status pass counts, launches take places
     provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))  # as upstream, on by default
+    provider.gates = dict(settings.feature_gates)
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
                    TaggingController(mgr, api, provider, aws.cluster_name, log),

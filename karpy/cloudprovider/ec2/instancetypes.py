@@ -68,6 +68,19 @@ def eni_limited_pods(info: dict, reserved_enis: int, interfaces: list | None = N
     return enis * (int(net.get("Ipv4AddressesPerInterface") or 0) - 1) + 2
 
 
+def eni_limits(info: dict) -> tuple[int, int]:
+    """(interfaces of the default network card, IPv4 addresses per interface): the ``default_enis`` and
+    ``ips_per_eni`` of a kubelet expression (feature gate NodeClassCEL); 0 where EC2 does not say."""
+    net = info.get("NetworkInfo") or {}
+    cards = net.get("NetworkCards") or []
+    card = None
+    if net.get("DefaultNetworkCardIndex") is not None:
+        idx = int(net["DefaultNetworkCardIndex"])
+        card = next((c for c in cards if int(c.get("NetworkCardIndex", 0)) == idx), None)
+    return (int(card.get("MaximumNetworkInterfaces") or 0) if card else 0,
+            int(net.get("Ipv4AddressesPerInterface") or 0))
+
+
 def efa_count(info: dict, interfaces: list | None) -> int:
     """vpc.amazonaws.com/efa: the EC2NodeClass's EFA-only interfaces when it lists networkInterfaces, else the
     type's maximum EFA interfaces."""
@@ -230,13 +243,16 @@ class InstanceTypes:
             return self.on_demand.get(name)
         return self.spot.get((name, zone))
 
-    def list(self, nodeclass: dict | None, unavailable: Callable[[str, str, str], bool] = lambda t, z, c: False) -> list[InstanceType]:
+    def list(self, nodeclass: dict | None, unavailable: Callable[[str, str, str], bool] = lambda t, z, c: False,
+             gates: dict[str, bool] | None = None) -> list[InstanceType]:
+        """The NodeClass's instance types; KubeletExpressionError (gate NodeClassCEL) when one type's maxPods
+        expression cannot be resolved: then none."""
         status = (nodeclass or {}).get("status") or {}
         subnet_zones = {s["zone"] for s in status.get("subnets") or ()}
         ami_arches = {v for a in status.get("amis") or () for r in a.get("requirements") or ()
                       if r.get("key") == LABEL_ARCH for v in r.get("values") or ()}
         family = static.AMI_FAMILIES[static.ami_family_name(nodeclass)]
-        params = static.provider._params(nodeclass)
+        params = static.provider.gated_params(nodeclass, gates or {})
         out = []
         with self.lock:
             for name, info in sorted(self.infos.items()):
@@ -304,6 +320,10 @@ class InstanceTypes:
                   "max_pods": eni_limited_pods(info, self.reserved_enis, interfaces),
                   "gpus": gpu, "accelerators": accel, "pod_eni": st.get("pod_eni"), "efa": efa_count(info, interfaces),
                   "local_nvme": storage.get("TotalSizeInGB") if storage.get("NvmeSupport") in ("required", "supported") else None}
+        if params.get("cel"):  # kubelet expressions (gate NodeClassCEL), resolved for this type
+            enis, ips = eni_limits(info)
+            params = static.provider.resolve_kubelet({**record, "name": name, "default_enis": enis, "ips_per_eni": ips},
+                                                     family, params)
         capacity, _ = static.provider.resources(record, family, params)
         memory = memory_capacity(mib, arch, self.overhead)
         capacity[MEMORY] = memory

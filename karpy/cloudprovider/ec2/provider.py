@@ -152,6 +152,7 @@ class EC2CloudProvider:
         self._lt_lock = threading.Lock()
         self.reservations: dict[str, int] = {}  # capacity reservation id -> free instances (the NodeClass status pass)
         self.reserved_capacity = True  # feature gate ReservedCapacity: off, reservations give no offering
+        self.gates: dict[str, bool] = {}  # the feature gates that change instance types (NodeClassCEL)
         self.fleets = create_fleet_batcher(clients)
         self.describes = describe_instances_batcher(clients)
         self.terminations = terminate_instances_batcher(clients)
@@ -190,7 +191,7 @@ class EC2CloudProvider:
             hit = self._types_cache.get(key)
             if hit is not None and now - hit[0] < TYPES_TTL:
                 return hit[1]
-            out = self._with_reservations(self.types.list(nodeclass, self.unavailable), crs)
+            out = self._with_reservations(self.types.list(nodeclass, self.unavailable, self.gates), crs)
             self._types_cache = {k: v for k, v in self._types_cache.items() if now - v[0] < TYPES_TTL}
             self._types_cache[key] = (now, out)
         return out
@@ -619,6 +620,11 @@ class EC2CloudProvider:
         # upstream's order: AMI, security groups, subnet, capacity reservation
         amis = status.get("amis") or ()
         if amis:
+            # the image the NodeClaim was launched with, as its status records it (upstream reads it there, not from
+            # the instance); without one upstream errors, so no drift decision is made
+            image = (nodeclaim.get("status") or {}).get("imageID") or ""
+            if not image:
+                return None
             # the AMI a launch would choose for the instance's type now (the first whose requirements it meets),
             # so an AMI still listed but no longer applying to this type drifts too
             name = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE_TYPE) \
@@ -629,7 +635,7 @@ class EC2CloudProvider:
             if it is None:  # upstream: an error finding the instance type, so no drift decision
                 return None
             ami = next((a for a in amis if _matches(a.get("requirements") or [], it)), None)
-            if ami is None or inst.get("ImageId") != ami["id"]:
+            if ami is None or image != ami["id"]:
                 return "AMIDrift"
         groups = {g["GroupId"] for g in inst.get("SecurityGroups") or ()}
         want = {g["id"] for g in status.get("securityGroups") or ()}

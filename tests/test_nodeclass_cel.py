@@ -1,0 +1,103 @@
+"""CEL expressions in EC2NodeClass kubelet fields (feature gate NodeClassCEL, off by default), as upstream's
+aws/karpenter-provider-aws pkg/providers/instancetype/suite_test.go "Resolution Failures": the same inputs on
+m5.large (2 vCPUs, 8192 MiB, 3 ENIs of 10 IPv4 addresses), through karpy's offline EC2 catalog and through the
+instance types karpy's AWS provider builds from DescribeInstanceTypes."""
+
+from __future__ import annotations
+
+import pytest
+
+from karpy.cloudprovider import aws
+from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
+from karpy.cloudprovider.kubelet_cel import KubeletExpressionError
+from karpy.resources import CPU, EPHEMERAL, MEMORY, PODS
+
+GATE_ON = {"NodeClassCEL": True}
+MIB = 2**20
+GIB = 2**30
+M5_LARGE = {
+    "InstanceType": "m5.large",
+    "VCpuInfo": {"DefaultVCpus": 2},
+    "MemoryInfo": {"SizeInMiB": 8192},
+    "ProcessorInfo": {"SupportedArchitectures": ["x86_64"], "Manufacturer": "Intel"},
+    "NetworkInfo": {"DefaultNetworkCardIndex": 0, "MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10,
+                    "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 3}]},
+    "SupportedUsageClasses": ["on-demand", "spot"],
+    "Hypervisor": "nitro",
+}
+T3_LARGE = {**M5_LARGE, "InstanceType": "t3.large",
+            "NetworkInfo": {"DefaultNetworkCardIndex": 0, "MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 12,
+                            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": 3}]}}
+
+
+def _nodeclass(kubelet: dict) -> dict:
+    return {"metadata": {"name": "default"},
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "kubelet": kubelet}}
+
+
+def _catalog(kubelet: dict, gates: dict | None = GATE_ON) -> list:
+    return aws.provider.instance_types("us-east-1", _nodeclass(kubelet), gates)
+
+
+def _ec2(kubelet: dict, gates: dict | None = GATE_ON) -> list:
+    its = InstanceTypes(None, "us-east-1")
+    its.infos = {"m5.large": M5_LARGE, "t3.large": T3_LARGE}
+    its.zones = {"m5.large": {"us-east-1a"}, "t3.large": {"us-east-1a"}}
+    return its.list(_nodeclass(kubelet), gates=gates)
+
+
+PATHS = pytest.mark.parametrize("listed", [_catalog, _ec2], ids=["catalog", "ec2"])
+
+
+def _m5(types: list):
+    return next(it for it in types if it.name == "m5.large")
+
+
+@PATHS
+@pytest.mark.parametrize("max_pods", ["0 - 1", f"{2**31 - 1} + 1", "1 / (vcpus - vcpus)"],
+                         ids=["a negative result", "a result above math.MaxInt32", "a runtime evaluation error"])
+def test_a_max_pods_expression_that_cannot_be_resolved_fails_the_instance_type_list(listed, max_pods):
+    with pytest.raises(KubeletExpressionError, match="resolving maxPods"):
+        listed({"maxPods": max_pods})
+    # the failure is not remembered: the same NodeClass with a resolvable expression lists every type
+    assert _m5(listed({"maxPods": "min(110, vcpus * 8)"})).capacity[PODS] == 16
+
+
+@PATHS
+def test_max_pods_resolves_from_an_expression_in_range(listed):
+    m5 = _m5(listed({"maxPods": "min(110, vcpus * 8)"}))
+    assert m5.capacity[PODS] == 16  # min(110, 2 x 8), not the ENI-limited 29
+    # the gate off: the expression is ignored and m5.large keeps its 29 ENI-limited pods
+    assert _m5(listed({"maxPods": "min(110, vcpus * 8)"}, gates={})).capacity[PODS] == 29
+
+
+@PATHS
+def test_kube_reserved_expressions_resolve_into_the_reserved_overhead(listed):
+    # cpu: 2 x 30 = 60m; memory: 8192 / 100 = 81 MiB rounded up to 96Mi; ephemeral-storage stays 3Gi
+    m5 = _m5(listed({"kubeReserved": {"cpu": "vcpus * 30", "memory": "memory_mib / 100", "ephemeral-storage": "3Gi"}}))
+    static = _m5(listed({"kubeReserved": {"cpu": "60m", "memory": "96Mi", "ephemeral-storage": "3Gi"}}, gates={}))
+    default = _m5(listed({}))
+    assert m5.overhead == static.overhead
+    assert m5.overhead[CPU] == 60  # nothing but kube-reserved reserves CPU
+    assert m5.overhead[MEMORY] - default.overhead[MEMORY] == (96 - (11 * 29 + 255)) * MIB
+    assert m5.overhead[EPHEMERAL] - default.overhead[EPHEMERAL] == 3 * GIB - GIB
+
+
+@PATHS
+def test_a_max_pods_reference_in_kube_reserved_sees_the_resolved_max_pods(listed):
+    m5 = _m5(listed({"maxPods": "min(110, vcpus * 8)", "kubeReserved": {"memory": "max_pods * 11"}}))
+    assert m5.capacity[PODS] == 16
+    # 16 x 11 = 176Mi (the ENI-limited 29 would give 319, rounded to 320Mi)
+    static = _m5(listed({"maxPods": 16, "kubeReserved": {"memory": "176Mi"}}, gates={}))
+    assert m5.overhead == static.overhead
+    assert m5.overhead[MEMORY] - _m5(listed({})).overhead[MEMORY] == (176 - (11 * 29 + 255)) * MIB
+
+
+@PATHS
+def test_system_reserved_expressions_resolve_into_the_reserved_overhead(listed):
+    m5 = _m5(listed({"systemReserved": {"cpu": "vcpus * 30", "memory": "memory_mib / 100"}}))
+    static = _m5(listed({"systemReserved": {"cpu": "60m", "memory": "96Mi"}}, gates={}))
+    default = _m5(listed({}))
+    assert m5.overhead == static.overhead
+    assert m5.overhead[CPU] - default.overhead[CPU] == 60
+    assert m5.overhead[MEMORY] - default.overhead[MEMORY] == 96 * MIB
