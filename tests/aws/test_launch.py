@@ -59,12 +59,14 @@ def test_capacity_errors_mark_offerings_and_fall_through(env):
 
 def test_get_list_delete_and_drift(env):
     p, nc, faults, account = env
-    pid = p.create(claim())["status"]["providerID"]
+    launched = p.create(claim())["status"]
+    pid = launched["providerID"]
     assert p.get(pid)["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "c7g.large"
     assert [c["status"]["providerID"] for c in p.list()] == [pid]
-    assert p.is_drifted({"status": {"providerID": pid}}, nc) is None
+    status = {"providerID": pid, "imageID": launched["imageID"]}
+    assert p.is_drifted({"status": status}, nc) is None
     newer = {**nc, "status": {**nc["status"], "amis": [{"id": "ami-0a2023arm99999999", "requirements": []}]}}
-    assert p.is_drifted({"status": {"providerID": pid}}, newer) == "AMIDrift"
+    assert p.is_drifted({"status": status}, newer) == "AMIDrift"
     p.delete({"status": {"providerID": pid}})
     with pytest.raises(NodeClaimNotFoundError):
         p.get(pid)

@@ -22,7 +22,7 @@ def launched(env):
     out = p.create(claim())
     (inst,) = account.instances()
     nodeclaim = {"metadata": {"name": "nc-1", "annotations": dict(out["metadata"].get("annotations") or {})},
-                 "status": {"providerID": out["status"]["providerID"]}}
+                 "status": {"providerID": out["status"]["providerID"], "imageID": out["status"]["imageID"]}}
     return p, nc, nodeclaim, inst, account
 
 
