@@ -704,3 +704,19 @@ def test_a_replication_controllers_selector_is_deduced_as_labels():
     api = _api()
     rc = _owner(api, "ReplicationController", "legacy", {"app": "legacy"})
     assert _deduce(api, {"app": "legacy"}, rc) == ({"app": "legacy"}, [])
+
+
+def test_a_nodeclaim_of_a_nodeclass_kind_the_provider_does_not_launch_is_not_expired(h):
+    """The managed check is the cloud provider's (upstream's GetSupportedNodeClasses): with the provider launching
+    EC2NodeClasses only, an expired KWOKNodeClass NodeClaim is another Karpenter's and is kept; once the provider
+    launches KWOKNodeClasses again it is expired."""
+    h.setup(nodepool(expire_after="30s"))
+    c, _ = h.launch_node(instance_types=[IT])
+    name = c["metadata"]["name"]
+    h.tick(60)
+    h.provider.kinds = ("EC2NodeClass",)
+    h.reconcile(EXPIRATION, name)
+    assert not deleting(h.get("NodeClaim", name))
+    h.provider.kinds = None
+    h.reconcile(EXPIRATION, name)
+    assert deleting(h.get("NodeClaim", name))

@@ -73,11 +73,11 @@ class Env:
         ``nodeClassRef`` names a NodeClass group and kind the cloud provider supports. A NodeClaim of another
         Karpenter (another provider's NodeClass) is left alone by expiration, drift and consolidation."""
         ref = ((claim or {}).get("spec") or {}).get("nodeClassRef") or {}
-        return (str(ref.get("group") or ""), str(ref.get("kind") or "")) in supported_node_classes(self.cloud)
+        if (str(ref.get("group") or ""), str(ref.get("kind") or "")) not in NODECLASS_GROUP_KINDS:
+            return False
+        serves = getattr(self.cloud, "serves", None)  # the kinds this provider launches (an EC2 one: EC2NodeClass)
+        return serves is None or bool(serves(ref))
 
 
-def supported_node_classes(cloud: Any) -> frozenset[tuple[str, str]]:
-    """The (group, kind) of every NodeClass the cloud provider launches from (upstream's
-    ``GetSupportedNodeClasses``): the provider's ``node_class_kinds`` when it names them, else all of karpy's."""
-    kinds = getattr(cloud, "node_class_kinds", None) or NODECLASS_KINDS
-    return frozenset((BY_KIND[k].group, k) for k in kinds)
+# the (group, kind) of every NodeClass karpy knows
+NODECLASS_GROUP_KINDS = frozenset((BY_KIND[k].group, k) for k in NODECLASS_KINDS)
