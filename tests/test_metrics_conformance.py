@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controllers.harness import (
-    DO_NOT_DISRUPT, Harness, cond_status, deleting, nodepool,
+    DO_NOT_DISRUPT, Harness, cond_status, deleting, nodepool, pod,
 )
 from karpy.controller.metrics import Metrics
 from karpy.controllers.termination import MIN_DRAIN_TIME
@@ -407,3 +407,86 @@ def test_a_disruption_command_counts_its_disrupted_nodeclaims_and_pods():
               "consolidation_policy": "when_empty_or_underutilized", "termination_mode": "graceful"}
     assert value(h, "karpenter_nodeclaims_disrupted_total", **labels) == len(r.candidates)
     assert value(h, "karpenter_pods_disruption_initiated_total", **labels) == len(r.candidates)
+
+
+# --- the scheduler (provisioning/scheduling/suite_test.go, Metrics) -------------------------------------------
+
+TRIGGER = "provisioner.trigger.pod"
+PROVISIONER = "provisioner"
+
+
+def _pending(h: Harness, *pods: dict) -> list[dict]:
+    made = h.create(*pods)
+    for p in made:
+        h.reconcile(TRIGGER, P.pod_key(p))
+    return made
+
+
+def test_queue_depth_is_surfaced_while_the_scheduling_loop_runs(monkeypatch):
+    """It("should surface the queueDepth metric while executing the scheduling loop")"""
+    import karpy.controllers.provisioning as provisioning
+
+    h = Harness()
+    h.setup(_pool())
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "nginx"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    _pending(h, *(pod(cpu="100m", labels={"app": "nginx"}, affinity=anti, unschedulable=True) for _ in range(20)))
+    seen = []
+    solve = provisioning.Scheduler.solve
+
+    def watching(self, pods):
+        samples = [s for m in h.karpenter.env.metrics.queue_depth.collect() for s in m.samples
+                   if s.labels["controller"] == "provisioner"]
+        seen.extend(s.value for s in samples)
+        return solve(self, pods)
+
+    monkeypatch.setattr(provisioning.Scheduler, "solve", watching)
+    h.provisioner.schedule()
+    assert seen and max(seen) == 20
+    assert len(h.nodeclaims()) == 20
+    samples = [s for m in h.karpenter.env.metrics.queue_depth.collect() for s in m.samples]
+    assert [s.value for s in samples] == [0.0]  # the queue is empty once the loop ends
+
+
+def test_unschedulable_pods_count_is_surfaced():
+    """It("should surface the UnschedulablePodsCount metric while executing the scheduling loop"): 10 pods ask for
+    an instance type the NodePool does not allow, 5 for the one it does."""
+    h = Harness()
+    h.setup(_pool(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [SMALL]}]))
+    _pending(h, *(pod(cpu="100m", node_selector={"node.kubernetes.io/instance-type": "unknown"}, unschedulable=True)
+                  for _ in range(10)))
+    _pending(h, *(pod(cpu="100m", node_selector={"node.kubernetes.io/instance-type": SMALL}, unschedulable=True)
+                  for _ in range(5)))
+    h.provisioner.schedule()
+    assert len(h.nodeclaims()) == 1
+    assert value(h, "karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 10
+
+
+def test_scheduling_duration_is_observed_once_per_scheduling_loop():
+    """It("should surface the schedulingDuration metric after executing a scheduling loop")"""
+    h = Harness()
+    h.setup(_pool())
+    _pending(h, *(pod(cpu="100m", unschedulable=True) for _ in range(50)))
+    h.provisioner.schedule()
+    assert h.nodeclaims()
+    assert value(h, "karpenter_scheduler_scheduling_duration_seconds_count", controller="provisioner") == 1
+    assert value(h, "karpenter_scheduler_scheduling_duration_seconds_sum", controller="provisioner") > 0
+    assert value(h, "karpenter_provisioner_scheduling_duration_seconds_count") == 1
+
+
+def test_pod_scheduling_decision_seconds_after_a_scheduling_loop():
+    """It("should set the PodSchedulerDecisionSeconds metric after a scheduling loop"): three pods seen, the clock
+    stepped a minute, one loop: three observations of a minute each, none before and none again."""
+    h = Harness()
+    h.setup(_pool())
+    name = "karpenter_pods_scheduling_decision_duration_seconds"
+    for p in (pod(cpu="100m", unschedulable=True) for _ in range(3)):
+        _pending(h, p)
+        assert not value(h, f"{name}_count")
+    h.tick(60)
+    h.provisioner.schedule()
+    assert value(h, f"{name}_count") == 3
+    assert value(h, f"{name}_sum") == pytest.approx(180.0)
+    h.provisioner._last_noop = None
+    h.provisioner.schedule()  # a pod's first decision only
+    assert value(h, f"{name}_count") == 3
