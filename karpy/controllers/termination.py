@@ -41,6 +41,9 @@ class Termination:
 
     def __init__(self, env: Env):
         self.env = env
+        # Node UID -> the earliest termination deadline seen while draining it: a NodeClaim annotation moved later
+        # never loosens a deadline already acted on (upstream's eviction queue keeps the earlier one)
+        self._deadlines: dict[str, float] = {}
 
     def setup(self, mgr) -> None:
         mgr.watch("Node", self._on_node)
@@ -63,6 +66,8 @@ class Termination:
         pid = (node.get("spec") or {}).get("providerID") or ""
         sn = env.cluster.by_node.get(name)
         claim = sn.claim if sn is not None else None
+        if claim is not None and pid and _claims_with_provider_id(env, pid) > 1:
+            claim = None  # as upstream: duplicate NodeClaims leave no single source of truth, the Node goes alone
         if claim is not None and not deleting(claim):
             env.api.delete("NodeClaim", claim["metadata"]["name"])
             env.mgr.pump()
@@ -72,7 +77,8 @@ class Termination:
                 env.cloud.get(pid)
             except NodeClaimNotFoundError:
                 return self._remove_finalizer(node)
-        deadline = parse_time(((claim or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP))
+        deadline = self._earliest_deadline(node, parse_time(
+            ((claim or {}).get("metadata", {}).get("annotations") or {}).get(TERMINATION_TIMESTAMP)))
         self._taint(node)
         waiting = self._drain(node, claim, deadline)
         if waiting is None:
@@ -99,6 +105,15 @@ class Termination:
             else:
                 return 5.0
         return self._remove_finalizer(node)
+
+    def _earliest_deadline(self, node: dict, deadline: float | None) -> float | None:
+        key = node["metadata"].get("uid") or node["metadata"]["name"]
+        seen = self._deadlines.get(key)
+        if seen is not None and (deadline is None or seen < deadline):
+            return seen
+        if deadline is not None:
+            self._deadlines[key] = deadline
+        return deadline
 
     def _await_volume_detachment(self, node: dict, claim: dict | None, deadline: float | None) -> float | None:
         """Wait (seconds until the next look) while VolumeAttachments of drained pods' volumes remain on the node,
@@ -207,11 +222,13 @@ class Termination:
                                          f"{_pod_grace(e.obj)} terminationGracePeriodSeconds. "
                                          "This bypasses the PDB of the pod and the do-not-disrupt annotation.",
                                          annotations=pod_annotations(e.obj))
+                    meta = e.obj["metadata"]
+                    uid = {"uid": meta["uid"]} if meta.get("uid") else None
                     try:
-                        env.api.delete("Pod", e.obj["metadata"]["name"], e.obj["metadata"].get("namespace", "default"),
+                        env.api.delete("Pod", meta["name"], meta.get("namespace", "default"), preconditions=uid,
                                        grace_period_seconds=grace)
-                    except E.NotFound:
-                        pass
+                    except (E.NotFound, E.Conflict):
+                        continue  # already gone, or replaced by a pod of the same name the cache has not seen yet
                     drained.labels(metric_reason).inc()
                     evicted += 1
                 else:
@@ -269,6 +286,7 @@ class Termination:
                 "finalizers": [f for f in node["metadata"].get("finalizers") or () if f != FINALIZER]}})
         except E.NotFound:
             return None
+        self._deadlines.pop(node["metadata"].get("uid") or node["metadata"]["name"], None)
         labels = node["metadata"].get("labels") or {}
         nodepool, now, m = labels.get(NODEPOOL_LABEL, ""), env.now(), env.metrics
         m.nodes_terminated.labels(nodepool, labels.get("topology.kubernetes.io/zone", "")).inc()
@@ -280,6 +298,10 @@ class Termination:
             m.lifetime.labels(nodepool).observe(max(0.0, now - born))
         env.log.info("deleted node", controller=self.name, Node={"name": node["metadata"]["name"]})
         return None
+
+
+def _claims_with_provider_id(env: Env, pid: str) -> int:
+    return sum(1 for c in env.mgr.list("NodeClaim") if (c.get("status") or {}).get("providerID") == pid)
 
 
 def _stuck_terminating(pod: dict, now: float) -> bool:

@@ -1,0 +1,192 @@
+"""Upstream rows whose input reaches ``karpy controller`` through the API server: objects deleted or replaced
+under a controller between its cache and its request, NodeClaims whose NodePool or NodeClass is gone, and other
+states a real cluster produces that an embedded simulation never does.
+
+Each test drives karpy's shared controllers through the in-memory API (tests/controllers/harness.py), reconciling
+one controller at a time as upstream's suites do. Where a test needs the API to answer differently from the cache,
+it writes to the API without letting the cache see it, then calls the controller's reconcile directly.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers.harness import (
+    FINALIZER, Harness, cond_status, deleting, nodepool, pdb,
+)
+from karpy.controllers.lifecycle import TERMINATION_TIMESTAMP
+from karpy.controllers.termination import MIN_DRAIN_TIME
+from karpy.kube.times import fmt_time
+
+TERMINATION = "node.termination"
+IT = "c-8x-amd64-linux"
+RS_OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def _managed(h: Harness, **np_kw) -> tuple[str, str]:
+    """A NodePool and one initialized managed node; (NodeClaim name, Node name)."""
+    h.setup(nodepool(**np_kw))
+    c, n = h.launch_node(instance_types=[IT])
+    return c["metadata"]["name"], n["metadata"]["name"]
+
+
+def _blocking_pdb(h: Harness, name: str, selector: dict) -> None:
+    h.create(pdb(name, selector, max_unavailable=0))
+    h.patch("PodDisruptionBudget", name, {"status": {
+        "observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+        "expectedPods": 1}}, "default", subresource="status")
+
+
+def _terminate_unseen(h: Harness, node_name: str):
+    """Reconcile the termination controller without first delivering pending API changes to its cache."""
+    out = h.controller(TERMINATION).reconcile(node_name)
+    h.mgr.pump()
+    return out
+
+
+# --- node/termination/suite_test.go ------------------------------------------------------------------------------
+
+
+def test_a_node_with_duplicate_nodeclaims_is_deleted_without_touching_them(h):
+    """It("should delete nodes with duplicate nodeclaims"): two NodeClaims carry the Node's provider ID; neither is
+    the single source of truth, so the Node is drained and released on its own and neither NodeClaim is deleted."""
+    claim, name = _managed(h)
+    dup = h.create_one(h.nodeclaim(name=f"{claim}-2"))
+    pid = h.get("NodeClaim", claim)["status"]["providerID"]
+    h.patch("NodeClaim", dup["metadata"]["name"], {"status": {"providerID": pid}}, subresource="status")
+    h.delete("Node", name)
+    h.reconcile(TERMINATION, name)
+    h.tick(MIN_DRAIN_TIME)
+    for _ in range(3):
+        h.reconcile(TERMINATION, name)
+    assert h.get("Node", name) is None
+    for c in (claim, dup["metadata"]["name"]):
+        left = h.get("NodeClaim", c)
+        assert left is not None and not deleting(left)
+
+
+# --- node/termination/terminator/suite_test.go -------------------------------------------------------------------
+
+
+def _evictions(h: Harness, code: str) -> float:
+    return h.karpenter.env.metrics.value("karpenter_pods_eviction_requests_total", {"code": code}) or 0
+
+
+def _draining_behind_a_pdb(h: Harness) -> str:
+    """A managed node being deleted, tainted, whose one pod a PDB holds (one eviction refused); its name."""
+    _, name = _managed(h)
+    _blocking_pdb(h, "hold", {"app": "hold"})
+    h.pod_on(name, name="p", labels={"app": "hold"}, owner=RS_OWNER)
+    h.delete("Node", name)
+    h.reconcile(TERMINATION, name)
+    assert _evictions(h, "429") == 1 and not deleting(h.get("Pod", "p", "default"))
+    return name
+
+
+def test_an_eviction_of_a_pod_already_gone_succeeds_with_no_event(h):
+    """It("should succeed with no event when the pod is not found"): the pod was deleted after the cache saw it;
+    the Eviction API answers 404, the drain goes on without an error or an Evicted event, and the node is released
+    once the cache learns the pod is gone."""
+    name = _draining_behind_a_pdb(h)
+    h.api.delete("Pod", "p", "default", grace_period_seconds=0)  # the cache still holds the pod
+    assert _terminate_unseen(h, name) is not None
+    assert _evictions(h, "404") == 1
+    assert h.events("Evicted") == [] and h.events("FailedDraining", involved="p") == []
+    h.tick(MIN_DRAIN_TIME)
+    for _ in range(3):
+        h.reconcile(TERMINATION, name)
+    assert h.get("Node", name) is None
+    assert h.events("Evicted") == []
+
+
+def test_an_eviction_whose_pod_uid_changed_evicts_nothing(h):
+    """It("should succeed with no event when the pod UID conflicts"): the pod was replaced by a new one of the
+    same name; the eviction, made with the old pod's UID as precondition, answers 409: no event, and the new pod is
+    not evicted on the old pod's account. Once the cache sees the new pod it is drained in its own right."""
+    name = _draining_behind_a_pdb(h)
+    old = h.get("Pod", "p", "default")
+    h.api.delete("Pod", "p", "default", grace_period_seconds=0)
+    new = h.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                        "spec": {"nodeName": name, "containers": [{"name": "main", "image": "registry.example.com/app:1"}]},
+                        "status": {"phase": "Running"}})
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    _terminate_unseen(h, name)
+    assert _evictions(h, "409") == 1
+    cur = h.get("Pod", "p", "default")
+    assert cur["metadata"]["uid"] == new["metadata"]["uid"] and not deleting(cur)
+    assert h.events("Evicted") == []
+    h.reconcile(TERMINATION, name)  # now the cache holds the new pod (no PDB selects it): it is evicted
+    assert [e["involvedObject"].get("uid") for e in h.events("Evicted")] == [new["metadata"]["uid"]]
+
+
+def _drained(h: Harness) -> float:
+    return h.karpenter.env.metrics.value("karpenter_pods_drained_total", {"reason": "Forceful Termination"}) or 0
+
+
+def test_a_force_delete_of_a_pod_already_gone_is_not_an_error(h):
+    """It("should clean up the queue entry when the pod is already gone"): past the point where the pod's grace
+    period fits before the node's deadline it is to be deleted, but it is already gone (404): no error, not counted
+    as drained, nothing retried, and the node is released."""
+    claim, name = _managed(h, termination_grace_period="5m")
+    _blocking_pdb(h, "hold", {"app": "hold"})
+    h.pod_on(name, name="gone", labels={"app": "hold"}, owner=RS_OWNER, terminationGracePeriodSeconds=120)
+    h.delete("NodeClaim", claim)
+    h.reconcile("nodeclaim.lifecycle", claim)  # stamps the deadline, deletes the Node
+    h.reconcile(TERMINATION, name)  # an eviction the PDB refuses
+    h.tick(185)  # the pod's 120 s no longer fit: it is to be deleted
+    h.api.delete("Pod", "gone", "default", grace_period_seconds=0)  # the cache still holds it
+    assert _terminate_unseen(h, name) is not None
+    assert len(h.events("Disrupted", involved="gone")) == 1  # upstream announces the delete before making it
+    assert _drained(h) == 0
+    h.tick(MIN_DRAIN_TIME)
+    for _ in range(3):
+        h.reconcile(TERMINATION, name)
+    assert h.get("Node", name) is None
+    assert len(h.events("Disrupted", involved="gone")) == 1
+
+
+def test_a_force_delete_does_not_delete_a_replacement_pod_of_the_same_name(h):
+    """The force-delete carries the pod's UID as a precondition (upstream's Preconditions.UID): a pod replaced by
+    one of the same name after the cache saw it is not deleted on the old pod's account."""
+    claim, name = _managed(h, termination_grace_period="5m")
+    _blocking_pdb(h, "hold", {"app": "hold"})
+    h.pod_on(name, name="p", labels={"app": "hold"}, owner=RS_OWNER, terminationGracePeriodSeconds=120)
+    h.delete("NodeClaim", claim)
+    h.reconcile("nodeclaim.lifecycle", claim)
+    h.reconcile(TERMINATION, name)
+    h.tick(185)
+    h.api.delete("Pod", "p", "default", grace_period_seconds=0)
+    new = h.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                        "spec": {"nodeName": "elsewhere", "containers": [{"name": "main", "image": "r.example.com/a:1"}]},
+                        "status": {"phase": "Running"}})
+    _terminate_unseen(h, name)
+    cur = h.get("Pod", "p", "default")
+    assert cur["metadata"]["uid"] == new["metadata"]["uid"] and not deleting(cur)
+    assert _drained(h) == 0
+
+
+def test_a_later_termination_deadline_does_not_loosen_an_earlier_one(h):
+    """It("should keep the earlier deadline when Add is called again with a looser one"): the NodeClaim's
+    termination timestamp is moved an hour later while its node drains; the earlier deadline stands, so a pod a
+    PDB protects is deleted when its 120 s grace period no longer fits before it."""
+    claim, name = _managed(h, termination_grace_period="5m")
+    _blocking_pdb(h, "hold", {"app": "hold"})
+    h.pod_on(name, name="held", labels={"app": "hold"}, owner=RS_OWNER, terminationGracePeriodSeconds=120)
+    h.delete("NodeClaim", claim)
+    h.reconcile("nodeclaim.lifecycle", claim)
+    tight = h.now() + 300
+    h.reconcile(TERMINATION, name)  # 120 s fit in 300 s: an eviction, refused by the PDB
+    assert not deleting(h.get("Pod", "held", "default"))
+    h.patch("NodeClaim", claim, {"metadata": {"annotations": {TERMINATION_TIMESTAMP: fmt_time(h.now() + 3600)}}})
+    h.tick(185)  # 115 s before the earlier deadline
+    h.reconcile(TERMINATION, name)
+    held = h.get("Pod", "held", "default")
+    assert held is None or deleting(held)
+    msgs = [e["message"] for e in h.events("Disrupted", involved="held")]
+    assert len(msgs) == 1 and fmt_time(tight) in msgs[0] and "bypasses the PDB" in msgs[0]
+    assert FINALIZER in h.get("Node", name)["metadata"]["finalizers"]
