@@ -1200,6 +1200,7 @@ def test_scenario_valid_with_defaults():
         "NodeOverlay": False,
         "StaticCapacity": False,
         "CapacityBuffer": False,
+        "NodeClassCEL": False,
         "CostRefinement": False,
         "ZonePinning": False,
         "ConsolidationOptimizer": False,
