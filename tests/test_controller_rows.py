@@ -190,3 +190,60 @@ def test_a_later_termination_deadline_does_not_loosen_an_earlier_one(h):
     msgs = [e["message"] for e in h.events("Disrupted", involved="held")]
     assert len(msgs) == 1 and fmt_time(tight) in msgs[0] and "bypasses the PDB" in msgs[0]
     assert FINALIZER in h.get("Node", name)["metadata"]["finalizers"]
+
+
+# --- provider drift checks (AWS and Azure cloudprovider suites): the NodeClaim's NodePool or NodeClass is gone ----
+
+DISRUPTION = "nodeclaim.disruption"
+
+
+def _drift(h: Harness, claim: str) -> str | None:
+    """Reconcile the NodeClaim disruption controller (it must not raise); the Drifted condition's reason."""
+    h.reconcile(DISRUPTION, claim)
+    c = h.get("NodeClaim", claim)
+    if cond_status(c, "Drifted") != "True":
+        return None
+    return next(x["reason"] for x in c["status"]["conditions"] if x["type"] == "Drifted")
+
+
+def test_a_nodeclaim_whose_nodeclass_is_gone_gets_no_nodeclass_drift(h):
+    """It("should not fail if NodeClass does not exist") (AWS; Azure's two provision modes): the drift check of a
+    NodeClaim whose NodeClass was deleted is made without error and finds no NodeClass drift. karpy makes the
+    check in its shared NodeClaim disruption controller, before and for every cloud provider."""
+    claim, _ = _managed(h)
+    h.patch("NodeClaim", claim, {"metadata": {"annotations": {"karpy.dev/nodeclass-hash": "stale"}}})
+    assert _drift(h, claim) == "NodeClassDrift"  # while the NodeClass is there
+    h.patch("NodeClaim", claim, {"status": {"conditions": [
+        c for c in h.get("NodeClaim", claim)["status"]["conditions"] if c["type"] != "Drifted"]}},
+        subresource="status")
+    h.delete("KWOKNodeClass", "default")
+    assert h.get("KWOKNodeClass", "default") is None
+    assert _drift(h, claim) is None
+    assert h.get("NodeClaim", claim) is not None
+
+
+def test_a_nodeclaim_whose_nodepool_is_gone_is_not_drifted(h):
+    """It("should not fail if NodePool does not exist") (AWS; Azure's two provision modes): with the NodeClaim's
+    NodePool deleted, the drift check is made without error and the NodeClaim is not drifted, even with a NodePool
+    hash that no longer matches."""
+    claim, _ = _managed(h)
+    h.patch("NodeClaim", claim, {"metadata": {"annotations": {"karpenter.sh/nodepool-hash": "stale"}}})
+    assert _drift(h, claim) == "NodePoolDrifted"  # while the NodePool is there
+    h.patch("NodeClaim", claim, {"status": {"conditions": [
+        c for c in h.get("NodeClaim", claim)["status"]["conditions"] if c["type"] != "Drifted"]}},
+        subresource="status")
+    h.patch("NodeClaim", claim, {"metadata": {"ownerReferences": None}})  # kept past the NodePool's deletion
+    h.delete("NodePool", "default")
+    assert h.get("NodePool", "default") is None
+    assert _drift(h, claim) is None
+
+
+def test_a_nodeclaim_without_a_provider_id_is_not_drifted(h):
+    """It("should error drift if NodeClaim doesn't have provider id") (AWS; Azure's two provision modes): upstream's
+    provider check errors, so no drift decision is made; karpy does not check a NodeClaim that has not launched
+    (no provider ID), so it is not marked Drifted either, even with a stale NodePool hash."""
+    h.setup(nodepool())
+    made = h.create_one(h.nodeclaim(annotations={"karpenter.sh/nodepool-hash": "stale"}))
+    name = made["metadata"]["name"]
+    assert not (h.get("NodeClaim", name).get("status") or {}).get("providerID")
+    assert _drift(h, name) is None
