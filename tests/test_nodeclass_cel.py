@@ -101,3 +101,89 @@ def test_system_reserved_expressions_resolve_into_the_reserved_overhead(listed):
     assert m5.overhead == static.overhead
     assert m5.overhead[CPU] - default.overhead[CPU] == 60
     assert m5.overhead[MEMORY] - default.overhead[MEMORY] == 96 * MIB
+
+
+# --- through `karpy simulate` and the controller's settings -------------------------------------------------------
+
+SCENARIO = """
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+  kubelet: {maxPods: "MAX_PODS"}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 20
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: nginx, resources: {requests: {cpu: 10m}}}]
+---
+apiVersion: karpy.dev/v1alpha1
+kind: Scenario
+metadata: {name: s}
+spec:
+  settings: {featureGates: {NodeClassCEL: GATE}}
+"""
+
+
+def _simulate(tmp_path, max_pods: str, gate: bool) -> tuple[dict, list[int]]:
+    """The simulation's summary and how many pods each node took, fewest first."""
+    import json
+
+    from click.testing import CliRunner
+
+    from karpy.cli import main
+
+    f = tmp_path / "cel.yaml"
+    f.write_text(SCENARIO.replace("MAX_PODS", max_pods).replace("GATE", str(gate).lower()))
+    r = CliRunner().invoke(main, ["simulate", str(f), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    items = json.loads(r.stdout)["items"]
+    per_node: dict[str, int] = {}
+    for pod in (i for i in items if i["kind"] == "Pod" and i["spec"].get("nodeName")):
+        per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
+    return items[-1]["status"], sorted(per_node.values())
+
+
+def test_a_simulation_packs_nodes_to_the_resolved_max_pods_only_with_the_gate_on(tmp_path):
+    _, on = _simulate(tmp_path, "min(110, vcpus * 8)", True)
+    assert on == [4, 16]  # m5.large takes 16 pods, not its 29 ENI-limited ones
+    _, off = _simulate(tmp_path, "min(110, vcpus * 8)", False)
+    assert off == [20]
+
+
+def test_an_unresolvable_max_pods_expression_leaves_the_pods_pending_and_says_why(tmp_path):
+    out, per_node = _simulate(tmp_path, "0 - 1", True)
+    assert out["nodeClaims"] == [] and per_node == []
+    reasons = {p["message"] for p in out["pendingPods"]}
+    assert len(out["pendingPods"]) == 20 and all("resolving maxPods" in r for r in reasons), reasons
+
+
+def test_the_controller_takes_the_gate_from_aws_feature_gates_as_upstream():
+    from karpy.controller.settings import SettingsError, resolve
+
+    flags = {"cloud_provider": "aws", "cluster_name": "demo"}
+    assert resolve(flags, {"AWS_FEATURE_GATES": "NodeClassCEL=true,Unknown=false"}).aws.node_class_cel is True
+    assert resolve(flags, {}).aws.node_class_cel is False
+    with pytest.raises(SettingsError, match="AWS_FEATURE_GATES"):
+        resolve(flags, {"AWS_FEATURE_GATES": "NodeClassCEL"})

@@ -59,6 +59,8 @@ def _azure_options(f):
               help="aws: memory the hypervisor takes [VM_MEMORY_OVERHEAD_PERCENT; default: 0.075].")
 @click.option("--reserved-enis", "reserved_enis", default=None,
               help="aws: ENIs not used for pods [RESERVED_ENIS; default: 0].")
+@click.option("--aws-feature-gates", "aws_feature_gates", default=None,
+              help="aws: NodeClassCEL=true|false [AWS_FEATURE_GATES; default: NodeClassCEL=false].")
 @_azure_options
 def controller(**flags: object) -> None:
     """Run Karpenter's controllers against a Kubernetes API server."""

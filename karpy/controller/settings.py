@@ -47,6 +47,7 @@ ENV = {
     "isolated_vpc": "ISOLATED_VPC",
     "vm_memory_overhead_percent": "VM_MEMORY_OVERHEAD_PERCENT",
     "reserved_enis": "RESERVED_ENIS",
+    "aws_feature_gates": "AWS_FEATURE_GATES",
     # --cloud-provider azure (upstream's AKS settings; see karpy.cloudprovider.arm.settings)
     **AZURE_ENV,
 }
@@ -239,7 +240,7 @@ def resolve(flags: Mapping[str, object], environ: Mapping[str, str] | None = Non
 
         s.aws = resolve_aws(s.cluster_name, {k: pick(k) for k in (
             "cluster_endpoint", "cluster_ca_bundle", "interruption_queue", "isolated_vpc",
-            "vm_memory_overhead_percent", "reserved_enis")}, SettingsError)
+            "vm_memory_overhead_percent", "reserved_enis", "aws_feature_gates")}, SettingsError)
     if s.cloud_provider == "azure":
         from ..cloudprovider.arm.settings import resolve_azure
 

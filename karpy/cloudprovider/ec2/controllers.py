@@ -541,7 +541,8 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
                                  lambda: cluster()["cidr"])
     provider.reservations = resolver.reservation_capacity  # the status pass counts, launches take places
     provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))  # as upstream, on by default
-    provider.gates = dict(settings.feature_gates)
+    provider.gates = {**settings.feature_gates,  # AWS_FEATURE_GATES NodeClassCEL, or --feature-gates
+                      "NodeClassCEL": aws.node_class_cel or bool(settings.feature_gates.get("NodeClassCEL"))}
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
                    TaggingController(mgr, api, provider, aws.cluster_name, log),

@@ -3,7 +3,9 @@
 Each is a flag and an environment variable (the flag wins): ``CLUSTER_NAME`` (required), ``CLUSTER_ENDPOINT``
 (else ``eks:DescribeCluster``), ``CLUSTER_CA_BUNDLE`` (else the kubeconfig's CA, else DescribeCluster's),
 ``INTERRUPTION_QUEUE`` (an SQS queue name; empty: no interruption handling), ``ISOLATED_VPC`` (static prices,
-no Pricing API), ``VM_MEMORY_OVERHEAD_PERCENT`` (0.075) and ``RESERVED_ENIS`` (0). The region and the
+no Pricing API), ``VM_MEMORY_OVERHEAD_PERCENT`` (0.075), ``RESERVED_ENIS`` (0) and ``AWS_FEATURE_GATES``
+(``NodeClassCEL=false``: CEL expressions in EC2NodeClass kubelet fields; unknown gates ignored, as upstream;
+``--feature-gates NodeClassCEL=true`` turns it on too). The region and the
 credentials come from boto3's chain (``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile, IRSA's web identity,
 EKS Pod Identity, the instance metadata), and botocore honours ``AWS_ENDPOINT_URL``.
 """
@@ -23,6 +25,7 @@ class AWSSettings:
     isolated_vpc: bool = False
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
+    node_class_cel: bool = False  # AWS_FEATURE_GATES NodeClassCEL
 
 
 def resolve_aws(cluster_name: str, picked: Mapping[str, tuple[str | None, str]],
@@ -66,4 +69,20 @@ def resolve_aws(cluster_name: str, picked: Mapping[str, tuple[str | None, str]],
         if n < 0:
             raise error(f'{name}: invalid value "{v}": must be a whole number of ENIs, 0 or more')
         s.reserved_enis = n
+    v, name = picked.get("aws_feature_gates", (None, ""))
+    if v is not None:
+        for part in v.split(","):
+            key, sep, value = part.strip().partition("=")
+            if not part.strip():
+                continue
+            low = value.strip().lower()
+            if not sep or low not in ("true", "false"):
+                raise error(f'{name}: invalid value "{part.strip()}": expected NAME=true|false')
+            if key.strip() == "NodeClassCEL":  # the only AWS gate; others are ignored, as upstream
+                s.node_class_cel = low == "true"
+        if s.node_class_cel:
+            from ..kubelet_cel import missing
+
+            if missing():
+                raise error(f"{name}: {missing()}")
     return s
