@@ -187,3 +187,15 @@ def test_the_controller_takes_the_gate_from_aws_feature_gates_as_upstream():
     assert resolve(flags, {}).aws.node_class_cel is False
     with pytest.raises(SettingsError, match="AWS_FEATURE_GATES"):
         resolve(flags, {"AWS_FEATURE_GATES": "NodeClassCEL"})
+
+
+def test_a_node_is_configured_with_resolved_reserved_resources_never_an_expression():
+    from karpy.cloudprovider.kubelet_cel import InstanceTypeVars, reserved_for_launch
+
+    m5 = InstanceTypeVars(vcpus=2, memory_mib=8192, default_enis=3, ips_per_eni=10, max_pods=16,
+                          instance_type="m5.large")
+    values = {"cpu": "vcpus * 30", "memory": "max_pods * 11", "ephemeral-storage": "3Gi"}
+    assert reserved_for_launch(values, True, lambda: m5) == {"cpu": "60m", "memory": "176Mi",
+                                                             "ephemeral-storage": "3Gi"}
+    # the gate off: the expressions are left out, the quantities kept
+    assert reserved_for_launch(values, False, lambda: m5) == {"ephemeral-storage": "3Gi"}

@@ -190,5 +190,28 @@ def resolve_reserved(expressions: Mapping[str, str], variables: InstanceTypeVars
     return resolved, dropped
 
 
-__all__ = ["GATE", "missing", "InstanceTypeVars", "KubeletExpressionError", "evaluate", "format_result", "resolve_max_pods",
+def _is_quantity(value: Any) -> bool:
+    from ..resources import parse_quantity
+
+    try:
+        parse_quantity(value)
+        return True
+    except ValueError:
+        return False
+
+
+def reserved_for_launch(values: Mapping[str, Any], gate: bool,
+                        variables: Callable[[], InstanceTypeVars]) -> dict[str, str]:
+    """kubeReserved / systemReserved as a node's kubelet is configured with: the quantities as written, the
+    expressions resolved for its instance type with the gate on and left out with it off (as upstream's launch
+    template resolver: an expression never reaches a node verbatim)."""
+    static = {str(k): str(v) for k, v in values.items() if _is_quantity(v)}
+    expressions = {str(k): str(v) for k, v in values.items() if not _is_quantity(v)}
+    if not gate or not expressions:
+        return static
+    resolved, _dropped = resolve_reserved(expressions, variables())
+    return {**static, **resolved}
+
+
+__all__ = ["GATE", "missing", "reserved_for_launch", "InstanceTypeVars", "KubeletExpressionError", "evaluate", "format_result", "resolve_max_pods",
            "resolve_reserved", "validate"]

@@ -40,6 +40,8 @@ from ..types import (
     Offering,
 )
 from .. import aws as static
+from .. import kubelet_cel
+from .instancetypes import eni_limits
 from .batcher import create_fleet_batcher, describe_instances_batcher, terminate_instances_batcher
 from .clients import ICE_CODES, LAUNCH_REASONS, error_code, error_message, is_not_found
 from .nodeclass import HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, hash_annotations
@@ -344,6 +346,14 @@ class EC2CloudProvider:
         labels.update(reqs.labels())
         return labels
 
+    def _cel_variables(self, it: InstanceType) -> kubelet_cel.InstanceTypeVars:
+        """What a kubelet expression sees for the type a NodeClaim launches on (its resolved pods as max_pods)."""
+        enis, ips = eni_limits(self.types.infos.get(it.name) or {})
+        return kubelet_cel.InstanceTypeVars(
+            vcpus=int(it.labels.get(static.LABEL_INSTANCE_CPU) or 0),
+            memory_mib=int(it.labels.get(static.LABEL_INSTANCE_MEMORY) or 0), default_enis=enis, ips_per_eni=ips,
+            max_pods=int(it.capacity.get("pods") or 0), instance_type=it.name)
+
     def _tags(self, nodeclaim: dict, nc: dict) -> dict[str, str]:
         name = self.settings.cluster_name
         labels = (nodeclaim.get("metadata") or {}).get("labels") or {}
@@ -356,8 +366,12 @@ class EC2CloudProvider:
         spec = nc.get("spec") or {}
         status = nc.get("status") or {}
         family = static.ami_family_name(nc)
-        kubelet = spec.get("kubelet") or {}
+        kubelet = dict(spec.get("kubelet") or {})
         max_pods = it.capacity.get("pods")
+        for key in ("kubeReserved", "systemReserved"):  # expressions resolved for this type (gate NodeClassCEL)
+            if kubelet.get(key):
+                kubelet[key] = kubelet_cel.reserved_for_launch(kubelet[key], bool(self.gates.get(kubelet_cel.GATE)),
+                                                               lambda: self._cel_variables(it))
         cluster = self.cluster()
         node_labels = {k: v for k, v in labels.items() if not (k.startswith("kubernetes.io/") or ".kubernetes.io/" in k
                                                               or k.startswith("k8s.io/") or ".k8s.io/" in k)}
