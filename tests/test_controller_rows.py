@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controllers.harness import (
-    FINALIZER, Harness, cond_status, deleting, nodepool, pdb,
+    FINALIZER, Harness, cond_status, deleting, nodepool, pdb, pod,
 )
 from karpy.controllers.lifecycle import TERMINATION_TIMESTAMP
 from karpy.controllers.termination import MIN_DRAIN_TIME
@@ -247,3 +247,70 @@ def test_a_nodeclaim_without_a_provider_id_is_not_drifted(h):
     name = made["metadata"]["name"]
     assert not (h.get("NodeClaim", name).get("status") or {}).get("providerID")
     assert _drift(h, name) is None
+
+
+# --- provisioning/scheduling/suite_test.go: what a kubelet or another controller does to a Node -------------------
+
+TRIGGER = "provisioner.trigger.pod"
+PROVISIONER = "provisioner"
+
+
+def _provision(h: Harness, *pods: dict) -> None:
+    """ExpectProvisioned: pods pending, the batch window passes, the provisioner runs once."""
+    for p in h.create(*pods):
+        h.reconcile(TRIGGER, f"{p['metadata']['namespace']}/{p['metadata']['name']}")
+    h.tick(h.settings.batch_idle)
+    h.reconcile(PROVISIONER)
+
+
+def test_a_startup_taint_back_on_an_initialized_node_keeps_pods_off_it(h):
+    """It("should not assume pod will schedule to a node with startup taints after initialization"): once a node
+    is initialized its startup taints were removed; one that comes back (re-applied by the agent that owns it) is
+    an ordinary taint, so a pod that does not tolerate it gets a new NodeClaim rather than this node."""
+    startup = {"key": "ignore-me", "value": "nothing-to-see-here", "effect": "NoSchedule"}
+    claim, name = _managed(h, startup_taints=[startup])
+    assert cond_status(h.get("NodeClaim", claim), "Initialized") == "True"
+    h.patch("Node", name, {"spec": {"taints": [startup]}})
+    _provision(h, pod("second", cpu="1", unschedulable=True))
+    assert len(h.nodeclaims()) == 2
+    assert name not in [e["message"] for e in h.events("Nominated", involved="second")][0]
+
+
+GPU = "nvidia.com/gpu"
+
+
+def _gpu_pod(name: str) -> dict:
+    p = pod(name, cpu=None, unschedulable=True)
+    p["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "10m", GPU: "1"}}
+    return p
+
+
+def test_extended_resources_a_kubelet_zeroes_before_initialization_count_at_the_nodeclaims_value(h):
+    """It("should handle resource zeroing of extended resources by kubelet"): a GPU node registers with its kubelet
+    reporting zero GPUs (the device plugin has not registered yet); until the node is initialized karpy counts the
+    NodeClaim's GPUs, so a second GPU pod is placed on it and no second node is launched."""
+    h.create({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+              "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r",
+                       "subnetSelectorTerms": [{"tags": {"k": "v"}}],
+                       "securityGroupSelectorTerms": [{"tags": {"k": "v"}}]}})
+    np = nodepool(family=None, requirements=[
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g4dn.xlarge"]}])
+    np["spec"]["template"]["spec"]["nodeClassRef"] = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                                      "name": "default"}
+    h.create(np)
+    _provision(h, _gpu_pod("first"))
+    (claim,) = h.nodeclaims()
+    name = claim["metadata"]["name"]
+    h.launch(name)
+    assert h.get("NodeClaim", name)["status"]["allocatable"][GPU] == "1"
+    node = h.register(name)
+    # the kubelet's first status: no GPUs yet
+    st = dict(node["status"])
+    st["capacity"] = {**st["capacity"], GPU: "0"}
+    st["allocatable"] = {**st["allocatable"], GPU: "0"}
+    h.patch("Node", node["metadata"]["name"], {"status": st}, subresource="status")
+    h.delete("Pod", "first", "default")
+    assert cond_status(h.get("NodeClaim", name), "Initialized") != "True"
+    _provision(h, _gpu_pod("second"))
+    assert len(h.nodeclaims()) == 1
+    assert node["metadata"]["name"] in [e["message"] for e in h.events("Nominated", involved="second")][0]

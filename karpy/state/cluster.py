@@ -156,16 +156,25 @@ class StateNode:
     def startup_taints(self) -> list[dict]:
         return list(((self.claim or {}).get("spec") or {}).get("startupTaints") or ())
 
-    def _parsed(self, which: str, src: dict | None) -> dict[str, int]:
+    def _parsed(self, which: str, src: dict | None, slot: str | None = None) -> dict[str, int]:
         st = (src or {}).get("status") or {}
         raw = st.get(which) or st.get("capacity" if which == "allocatable" else "allocatable")
-        hit = self._res.get(which)
+        hit = self._res.get(slot or which)
         if hit is None or hit[0] is not raw:
-            hit = self._res[which] = (raw, res.parse_resource_list(raw))
+            hit = self._res[slot or which] = (raw, res.parse_resource_list(raw))
         return hit[1]
 
     def allocatable(self) -> dict[str, int]:
-        return self._parsed("allocatable", self.node if self.node is not None else self.claim)
+        if self.node is None:
+            return self._parsed("allocatable", self.claim)
+        node = self._parsed("allocatable", self.node)
+        if self.claim is None or self.initialized():
+            return node
+        # as upstream: until the node is initialized, a resource its kubelet reports as zero (or not yet) counts
+        # at the NodeClaim's value (a kubelet zeroes extended resources until their device plugin registers)
+        claim = self._parsed("allocatable", self.claim, slot="claim-allocatable")
+        missing = {k: v for k, v in claim.items() if not node.get(k)}
+        return {**node, **missing} if missing else node
 
     def capacity(self) -> dict[str, int]:
         return self._parsed("capacity", self.claim if self.claim is not None else self.node)
@@ -636,7 +645,9 @@ class Cluster:
         version = (sn.version, self.daemonsets_version)
         if not nominated and sn._existing is not None and sn._existing[0] == version:
             return sn._existing[1]
-        startup = {_taint_key(t) for t in sn.startup_taints()}
+        # as upstream: startup taints are not held against a node until it is initialized; one back on an
+        # initialized node (re-applied by whoever owns it) keeps pods that do not tolerate it off
+        startup = {_taint_key(t) for t in sn.startup_taints()} if not sn.initialized() else set()
         # a Karpenter node not yet initialized will lose its known ephemeral taints (not-ready, unreachable, the
         # external cloud provider's, ...): the scheduler does not hold them against it, as upstream
         ephemeral_ok = sn.claim is not None and not sn.initialized()
