@@ -490,3 +490,123 @@ def test_pod_scheduling_decision_seconds_after_a_scheduling_loop():
     h.provisioner._last_noop = None
     h.provisioner.schedule()  # a pod's first decision only
     assert value(h, f"{name}_count") == 3
+
+
+# --- pending pods by effective zone (scheduling/suite_test.go, "Pending Pods by Effective Zone Metric") ------
+
+ZONE = "topology.kubernetes.io/zone"
+Z1, Z2, Z3 = "test-zone-a", "test-zone-b", "test-zone-c"
+APP = {"app": "pod-label"}
+
+
+def _zonal_pool() -> dict:
+    return _pool(consolidate_after="Never", zones=(Z1, Z2, Z3))
+
+
+def _by_zone(h: Harness) -> dict[str, float]:
+    return {s.labels["zone"]: s.value for m in h.karpenter.env.metrics.pending_by_zone.collect() for s in m.samples
+            if s.labels["controller"] == "provisioner"}
+
+
+def _pending_pod(**kw) -> dict:
+    return pod(cpu="100m", unschedulable=True, **kw)
+
+
+def _claim_volume(h: Harness, zones: list[str]) -> None:
+    h.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "zone-sc"},
+              "provisioner": "disk.example.com", "volumeBindingMode": "WaitForFirstConsumer",
+              "allowedTopologies": [{"matchLabelExpressions": [{"key": ZONE, "values": zones}]}]},
+             {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "pvc-name", "namespace": "default"},
+              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                       "storageClassName": "zone-sc"}})
+
+
+VOLUME = {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "pvc-name"}}]}
+
+
+@pytest.mark.parametrize("sc_zones, selector, expected", [
+    pytest.param([Z1, Z2], None, "flexible", id="PVC does not restrict pod to a single zone"),
+    pytest.param([Z1], None, Z1, id="PVC restricts pod to a single zone"),
+    pytest.param([Z2], {ZONE: Z1}, "none", id="PVC restricts pod to no zone"),
+])
+def test_pending_pods_by_effective_zone_with_volume_constraints(sc_zones, selector, expected):
+    """DescribeTable("should report metric correctly for volume constraints")"""
+    h = Harness()
+    h.setup(_zonal_pool())
+    _claim_volume(h, sc_zones)
+    _pending(h, _pending_pod(node_selector=selector, **VOLUME))
+    h.provisioner.schedule()
+    assert _by_zone(h) == {expected: 1}
+
+
+def _existing(h: Harness, zone: str, **pod_kw) -> None:
+    """A running pod on a node in ``zone`` (upstream: provisioned, then the node's state reconciled)."""
+    _, n = h.launch_node("default", instance_types=[SMALL],
+                         requirements=[{"key": ZONE, "operator": "In", "values": [zone]}])
+    assert n["metadata"]["labels"][ZONE] == zone
+    h.pod_on(n["metadata"]["name"], cpu="100m", **pod_kw)
+
+
+TSC = [{"topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": APP},
+        "maxSkew": 1}]
+
+
+def _aff(kind: str, labels: dict) -> dict:
+    return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": labels}, "topologyKey": ZONE}]}}
+
+
+ZONE_CASES = [
+    pytest.param([], [_pending_pod(), _pending_pod()], {"flexible": 2}, id="pods are flexible to zones"),
+    pytest.param([], [_pending_pod(node_selector={ZONE: Z2}) for _ in range(3)], {Z2: 3},
+                 id="pods are flexible to zones (one zone selected)"),
+    pytest.param([], [_pending_pod(node_selector={ZONE: Z1}), _pending_pod(node_selector={ZONE: Z2})], {Z1: 1, Z2: 1},
+                 id="multiple pods have different zone constraints"),
+    pytest.param([], [_pending_pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": [Z1]}]}}]}})],
+        {"flexible": 1}, id="pod has preferred zone affinity"),
+    pytest.param([(Z1, {})], [_pending_pod(affinity=_aff("podAffinity", APP))], {Z1: 1},
+                 id="pods have required pod affinity"),
+    pytest.param([(Z1, {}), (Z2, {})], [_pending_pod(affinity=_aff("podAntiAffinity", APP))], {Z3: 1},
+                 id="pods have required pod anti-affinity"),
+    pytest.param([(Z1, {"topologySpreadConstraints": TSC}), (Z2, {"topologySpreadConstraints": TSC})],
+                 [_pending_pod(labels=APP, topologySpreadConstraints=TSC)], {Z3: 1}, id="pods have restricting TSCs"),
+    pytest.param([(z, {}) for z in (Z1, Z1, Z2, Z2, Z3, Z3)],
+                 [_pending_pod(topologySpreadConstraints=[dict(TSC[0], minDomains=4)])], {"none": 1},
+                 id="TSC is unsatisfiable"),
+    pytest.param([], [_pending_pod(affinity=_aff("podAffinity", {"nonexistent": "label"}))], {"none": 1},
+                 id="pod affinity is unsatisfiable"),
+    pytest.param([(Z1, {}), (Z2, {}), (Z3, {})], [_pending_pod(affinity=_aff("podAntiAffinity", APP))], {"none": 1},
+                 id="pod anti-affinity is unsatisfiable"),
+]
+
+
+@pytest.mark.parametrize("existing, pending, expected", ZONE_CASES)
+def test_pending_pods_by_effective_zone(existing, pending, expected):
+    """DescribeTable("should report zone of pods corectly"): existing pods labelled app=pod-label in their zones,
+    then one scheduling loop over the pending pods."""
+    h = Harness()
+    h.setup(_zonal_pool())
+    for zone, spec in existing:
+        _existing(h, zone, labels=APP, **spec)
+    _pending(h, *pending)
+    h.provisioner.schedule()
+    assert _by_zone(h) == expected
+
+
+def test_pending_pods_by_effective_zone_keeps_only_the_last_loops_zones():
+    """Each loop replaces the controller's series (upstream resets them before counting)."""
+    h = Harness()
+    h.setup(_zonal_pool())
+    _pending(h, _pending_pod(node_selector={ZONE: Z1}))
+    h.provisioner.schedule()
+    assert _by_zone(h) == {Z1: 1}
+    _pending(h, _pending_pod(node_selector={ZONE: Z2}))
+    h.provisioner._last_noop = None
+    h.provisioner.schedule()
+    assert _by_zone(h) == {Z1: 1, Z2: 1}
+    for p in h.pods():
+        h.delete("Pod", p["metadata"]["name"], "default")
+    _pending(h, _pending_pod())
+    h.provisioner.schedule()
+    assert _by_zone(h) == {"flexible": 1}

@@ -404,6 +404,7 @@ class Provisioner:
                       reserved_strict=True,  # upstream's provisioner: DisableReservedCapacityFallback
                       ignore_dra=env.settings.ignore_dra_requests)
         infos = [c.pod_info(e) for e in pods]
+        s.zone_census = True
         m = env.metrics
         m.queue(self.name, str(self.solves), len(infos))
         solve_started = time.perf_counter()
@@ -414,6 +415,7 @@ class Provisioner:
         m.provisioner_scheduling_duration.observe(took)
         m.unschedulable_pods.labels(self.name).set(
             sum(1 for why in results.errors.values() if RESERVED_OFFERING_ERROR not in why))
+        m.pending_zones(self.name, results.effective_zones)
         if env.settings.gate(capacitybuffer.GATE):
             failed = [i for i in infos if i.key in results.errors and capacitybuffer.is_virtual(i.key, i.obj)]
             self.buffer_pods = capacitybuffer.record(env, results.existing, [nc.pods for nc in results.new_nodeclaims],

@@ -149,6 +149,9 @@ class Results:
     existing: dict[str, list[PodInfo]]  # node name -> pods placed there
     errors: dict[str, str]  # pod key -> why it fits nowhere
     failed_pods: list[PodInfo]
+    # with Scheduler.zone_census: pending pods by effective zone, before the solve placed any (a zone, "flexible",
+    # "none"; upstream's pending_pods_by_effective_zone_count)
+    effective_zones: dict[str, int] = field(default_factory=dict)
 
 
 # --- internals -------------------------------------------------------------------------
@@ -586,6 +589,8 @@ class Prepared:
 class Scheduler:
     """One scheduling simulation over a snapshot of the cluster."""
 
+    zone_census = False  # the provisioner's solves also count pending pods by effective zone (Results.effective_zones)
+
     @classmethod
     def from_prepared(cls, prep: Prepared, exclude: Iterable[str] = (), hostname_prefix: str = "hostname-placeholder",
                       min_values_best_effort: bool = False, pin_counted: bool = False) -> "Scheduler":
@@ -844,6 +849,7 @@ class Scheduler:
         # register every constraint before counting anything, so each pod is recorded into all groups
         if not prepared:
             self._register_existing_topology(classes)
+        census = self._zone_census(classes) if self.zone_census else {}
         # Largest first (CPU, then memory), as upstream's queue orders pods.
         classes.sort(key=lambda c: (-c.rep.requests.get(res.CPU, 0), -c.rep.requests.get(res.MEMORY, 0)))
 
@@ -895,7 +901,74 @@ class Scheduler:
             existing=placed_existing,
             errors=errors,
             failed_pods=[p for p in pods if p.key in errors],
+            effective_zones=census,
         )
+
+    # --- effective zones (a census for metrics; placement never reads it) ---------------------------
+    def _zone_census(self, classes: list[_Class]) -> dict[str, int]:
+        out: Counter = Counter()
+        for cls in classes:
+            n = sum(1 for p in cls.pods if not p.moving and ((p.obj or {}).get("status") or {}).get("phase") == "Pending")
+            if n:
+                out[self._effective_zone(cls)] += n
+        return dict(out)
+
+    def _effective_zone(self, cls: _Class) -> str:
+        """The one zone the pod's zone requirement, its volumes' zones and its zonal topology constraints leave,
+        "flexible" when several do (or nothing constrains it), "none" when none does (upstream's
+        computeEffectiveZoneFromPod)."""
+        tsc, satisfiable = self._topology_zones(cls)
+        if not satisfiable:
+            return "none"
+        zr = cls.strict.get(LABEL_ZONE)
+        vol: set[str] | None = None
+        if cls.volumes is not None:
+            vol = set()
+            for alt in cls.volumes.alternatives:
+                r = alt.get(LABEL_ZONE)
+                if r.complement or not r.values:
+                    vol = None
+                    break
+                vol.update(r.values)
+        if not zr.complement and zr.values:
+            values = zr.values
+        elif vol is not None:
+            values = vol
+        elif tsc:
+            values = tsc
+        else:
+            return "flexible"
+        match = [z for z in sorted(values) if zr.has(z) and (vol is None or z in vol) and (not tsc or z in tsc)]
+        return match[0] if len(match) == 1 else ("flexible" if match else "none")
+
+    def _topology_zones(self, cls: _Class) -> tuple[set[str] | None, bool]:
+        """The zones the pod's own zonal spread, affinity and anti-affinity constraints allow right now (their
+        intersection; None when it has none), and False when one of them allows no zone."""
+        pod_zones = cls.reqs.get(LABEL_ZONE)
+        out: set[str] | None = None
+        groups = [(g, sel, "spread", policy) for g, sel, policy in cls.spreads]
+        groups += [(g, sel, "affinity", None) for g, sel in cls.affinities]
+        groups += [(g, sel, "anti", None) for g, sel in cls.antis]
+        for g, self_selecting, kind, policy in groups:
+            if g.key != LABEL_ZONE:
+                continue
+            if kind == "spread":
+                eligible = self._eligible_domains(LABEL_ZONE, cls, policy)
+                low = min((g.counts.get(d, 0) for d in eligible), default=0)
+                if g.min_domains is not None and len(eligible) < g.min_domains:
+                    low = 0
+                valid = {d for d in eligible if pod_zones.has(d)
+                         and g.counts.get(d, 0) + (1 if self_selecting else 0) - low <= g.max_skew}
+            elif kind == "affinity":
+                valid = {d for d, c in g.counts.items() if c > 0 and pod_zones.has(d)}
+                if not valid and self_selecting:  # the first of pods that attract each other may go anywhere
+                    valid = {d for d in self.universe(LABEL_ZONE) if pod_zones.has(d)}
+            else:
+                valid = {d for d in self.universe(LABEL_ZONE) if pod_zones.has(d) and not g.counts.get(d, 0)}
+            if not valid:
+                return None, False
+            out = valid if out is None else out & valid
+        return out, True
 
     def _schedule_class(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> str | None:
         """Place as many of the class's pods as possible; the failure reason if some remain."""
