@@ -610,3 +610,36 @@ def test_pending_pods_by_effective_zone_keeps_only_the_last_loops_zones():
     _pending(h, _pending_pod())
     h.provisioner.schedule()
     assert _by_zone(h) == {"flexible": 1}
+
+
+# --- the cloud provider's instance types, and what karpy controller serves ---------------------------------
+
+
+def test_offering_price_estimates_are_exported_for_the_nodepools_instance_types():
+    """aws pkg/controllers/metrics (karpenter_cloudprovider_instance_type_offering_price_estimate and _available):
+    every offering of every instance type a NodePool may use, read at scrape time through the operator."""
+    h = Harness()
+    h.setup(_pool(zones=("test-zone-a", "test-zone-b")))
+    types = h.disruption.instance_types("default")
+    assert SMALL in types
+    m = h.karpenter.env.metrics
+    for o in types[SMALL].offerings:
+        labels = {"instance_type": SMALL, "capacity_type": o.capacity_type, "zone": o.zone}
+        assert m.value("karpenter_cloudprovider_instance_type_offering_price_estimate", labels) == o.price
+        assert m.value("karpenter_cloudprovider_instance_type_offering_available", labels) == float(o.available)
+    assert m.value("karpenter_cloudprovider_instance_type_cpu_cores", {"instance_type": SMALL}) == 4
+
+
+def test_karpy_controller_serves_the_controllers_metrics_beside_its_own():
+    """/metrics: the registry the controllers count into is served with the informer-cache gauges."""
+    h = Harness()
+    h.setup(_pool())
+    _node(h)
+    _validated_pass(h)
+    served = Metrics()
+    served.attach(h.mgr, Logger(h.clock, level="error"), h.karpenter.env.metrics)
+    text = served.text().decode()
+    assert 'karpenter_voluntary_disruption_decisions_total{consolidation_type="empty",decision="delete",' \
+           'reason="empty"} 1.0' in text
+    assert "karpenter_cloudprovider_instance_type_offering_price_estimate{" in text
+    assert 'karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type="multi"} 0.0' in text
