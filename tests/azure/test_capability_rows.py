@@ -58,3 +58,51 @@ def test_without_encryption_at_host_every_sku_is_offered(fake, provider):  # noq
         assert {NO_ENCRYPTION, *WITH_ENCRYPTION} <= names
     # the same provider, asked for encryption at host afterwards, still filters (no answer is reused across)
     assert NO_ENCRYPTION not in _names(provider, _with_encryption(True))
+
+
+# --- Bootstrap: the image credential provider (ProvisionMode = AKSScriptless > Bootstrap) ---------------------------
+
+def _kubelet_flags_and_data(fake, provider, version: str) -> tuple[dict[str, str], str]:  # noqa: F811
+    """Launch one VM for a cluster at ``version``: (its kubelet flags, its decoded custom data)."""
+    import base64
+
+    from karpy.cloudprovider.arm.bootstrap import parse_custom_data
+
+    from .test_provider import claim
+
+    provider.nodeclass["obj"] = {**NODECLASS, "status": {"kubernetesVersion": version}}
+    provider.create(claim())
+    (vm,) = [r["body"] for r in fake.calls("PUT", r"/virtualMachines/[^/]+$")]
+    data = vm["properties"]["osProfile"]["customData"]
+    boot = parse_custom_data(data)
+    flags = dict(f.split("=", 1) for f in boot["KUBELET_FLAGS"].split(" "))
+    labels = dict(kv.split("=", 1) for kv in boot["KUBELET_NODE_LABELS"].split(","))
+    flags["arch"] = labels["kubernetes.io/arch"]  # (not a flag: the node's architecture, for the URL)
+    return flags, base64.b64decode(data).decode()
+
+
+def test_from_kubernetes_1_30_nodes_use_the_out_of_tree_credential_provider(fake, provider):  # noqa: F811
+    """It("should include correct flags and credential provider URL when CredentialProviderURL is not empty"): the
+    kubelet gets the credential provider's config and binary directory, not ``--azure-container-registry-config``,
+    and the custom data carries the provider's download URL (the release for the cluster's minor, the node's
+    architecture)."""
+    flags, data = _kubelet_flags_and_data(fake, provider, "1.31.4")
+    assert "--azure-container-registry-config" not in flags
+    assert flags["--image-credential-provider-config"] == "/var/lib/kubelet/credential-provider-config.yaml"
+    assert flags["--image-credential-provider-bin-dir"] == "/var/lib/kubelet/credential-provider"
+    arch = flags["arch"]
+    assert arch == "arm64"  # the claim's sizes are Ampere (D*pls_v6)
+    url = ("https://acs-mirror.azureedge.net/cloud-provider-azure/v1.31.6/binaries/"
+           f"azure-acr-credential-provider-linux-{arch}-v1.31.6.tar.gz")
+    assert url in data
+
+
+def test_before_kubernetes_1_30_nodes_use_the_in_tree_credential_provider(fake, provider):  # noqa: F811
+    """It("should include correct flags when CredentialProviderURL is empty"): before 1.30 upstream has no
+    credential provider URL; the kubelet gets ``--azure-container-registry-config`` and no credential provider
+    flags."""
+    flags, data = _kubelet_flags_and_data(fake, provider, "1.29.9")
+    assert flags["--azure-container-registry-config"] == "/etc/kubernetes/azure.json"
+    assert flags["--feature-gates"] == "DisableKubeletCloudCredentialProviders=false"
+    assert "--image-credential-provider-config" not in flags and "--image-credential-provider-bin-dir" not in flags
+    assert "azure-acr-credential-provider" not in data

@@ -5,7 +5,8 @@ custom data marks the image's manifest, waits for those scripts, exports the var
 them, as upstream's scriptless bootstrap does: the API server, the TLS bootstrap token, the cluster CA, the
 Kubernetes version, azure.json's fields (tenant, subscription, node resource group, location, subnet, virtual
 network, NSG, route table, the kubelet identity), the network plugin and policy, the node labels, and the
-kubelet flags (taints to register with, max pods, kube-reserved, eviction, cluster DNS).
+kubelet flags (taints to register with, max pods, kube-reserved, eviction, cluster DNS; from Kubernetes 1.30 the
+out-of-tree ACR credential provider's flags and download URL, before it ``--azure-container-registry-config``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,30 @@ class NodeBootstrap:
     extra_kubelet_flags: dict[str, str] = field(default_factory=dict)
 
 
+# the out-of-tree ACR credential provider's release per Kubernetes minor (upstream's CredentialProviderURL): used
+# from 1.30; newer minors take the latest
+_CREDENTIAL_PROVIDER = {30: "1.30.12", 31: "1.31.6", 32: "1.32.5"}
+_CREDENTIAL_PROVIDER_LATEST = "1.33.0"
+
+
+def _minor(version: str) -> int:
+    try:
+        return int((version.split(".") + ["0", "0"])[1] or 0)
+    except ValueError:
+        return 0
+
+
+def credential_provider_url(kubernetes_version: str, arch: str) -> str:
+    """Where the node downloads the ACR credential provider, or "" before Kubernetes 1.30 (kubelet's in-tree
+    provider, configured by ``--azure-container-registry-config``), as upstream."""
+    minor = _minor(kubernetes_version)
+    if minor < 30:
+        return ""
+    v = _CREDENTIAL_PROVIDER.get(minor, _CREDENTIAL_PROVIDER_LATEST)
+    return (f"https://acs-mirror.azureedge.net/cloud-provider-azure/v{v}/binaries/"
+            f"azure-acr-credential-provider-linux-{arch}-v{v}.tar.gz")
+
+
 def _taint(t: dict) -> str:
     v = t.get("value")
     return f"{t['key']}={v}:{t['effect']}" if v not in (None, "") else f"{t['key']}:{t['effect']}"
@@ -54,6 +79,12 @@ def kubelet_flags(s: AzureSettings, b: NodeBootstrap) -> dict[str, str]:
     minor = int((b.kubernetes_version.split(".") + ["0", "0"])[1] or 0)
     if minor < 34:  # removed from kubelet in 1.34
         flags["--cloud-config"] = ""
+    if credential_provider_url(b.kubernetes_version, b.arch):  # the out-of-tree ACR credential provider
+        flags["--image-credential-provider-config"] = "/var/lib/kubelet/credential-provider-config.yaml"
+        flags["--image-credential-provider-bin-dir"] = "/var/lib/kubelet/credential-provider"
+    else:  # before 1.30: kubelet's in-tree provider
+        flags["--feature-gates"] = "DisableKubeletCloudCredentialProviders=false"
+        flags["--azure-container-registry-config"] = "/etc/kubernetes/azure.json"
     flags.update({
         "--max-pods": str(b.max_pods), "--cluster-dns": s.dns_service_ip,
         "--kube-reserved": ",".join(f"{k}={v}" for k, v in sorted(b.kube_reserved.items())),
@@ -96,6 +127,7 @@ def variables(s: AzureSettings, b: NodeBootstrap) -> dict[str, str]:
         "MAX_PODS": str(b.max_pods),
         "KUBELET_NODE_LABELS": ",".join(f"{k}={v}" for k, v in sorted(b.labels.items())),
         "KUBELET_FLAGS": " ".join(f"{k}={v}" for k, v in sorted(flags.items())),
+        "CREDENTIAL_PROVIDER_DOWNLOAD_URL": credential_provider_url(b.kubernetes_version, b.arch),
         "NEEDS_CGROUPV2": "true",
         "CSE_TIMEOUT": "15m",
     }
