@@ -80,7 +80,8 @@ class Disruption:
     def __init__(self, env: Env, provisioner: Provisioner):
         self.env = env
         self.provisioner = provisioner
-        self.engine = DisruptionEngine()
+        # the engine reads the clock for single-node consolidation's timeout (a simulated clock stands still)
+        self.engine = DisruptionEngine(clock=env.now)
         self.validating: Command | None = None
         self.validate_at: float | None = None
         self.queue: dict[int, Running] = {}
@@ -126,6 +127,7 @@ class Disruption:
         snap = self.snapshot()
         step = self.engine.step(snap, hash(key))
         self._eligible(step.eligible)
+        self._count_timeouts()
         for e in step.events:
             self.emit(e)
         cmd = step.command
@@ -161,6 +163,7 @@ class Disruption:
                 # single-node consolidation, computed now and validated after its own wait
                 step = self.engine.step(snap, after="multi")
                 self._eligible(step.eligible)
+                self._count_timeouts()
                 for e in step.events:
                     self.emit(e)
                 nxt = step.command
@@ -170,6 +173,13 @@ class Disruption:
                     self.validate_at = self.env.now() + VALIDATION_DELAY
             return
         self.start(fresh)
+
+    def _count_timeouts(self) -> None:
+        """karpenter_voluntary_disruption_consolidation_timeouts_total, and upstream's log line."""
+        for ctype, n in self.engine.timeouts.items():
+            self.env.metrics.consolidation_timeouts.labels(ctype).inc(n)
+            self.env.log.debug("abandoning single-node consolidation due to timeout", controller=self.name)
+        self.engine.timeouts.clear()
 
     def _eligible(self, counts: dict[str, int]) -> None:
         gauge = self.env.metrics.eligible_nodes

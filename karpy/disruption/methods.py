@@ -18,7 +18,7 @@ events to emit; the simulator (or a controller) carries them out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..cloudprovider.types import (
     CAPACITY_ON_DEMAND,
@@ -56,6 +56,9 @@ POLL_PERIOD = 10.0
 MULTI_NODE_MAX = 100
 SPOT_TO_SPOT_MIN_TYPES = 15
 FORCED_RECHECK = 300.0  # a method that found nothing is retried after this long even if nothing changed
+# upstream's SingleNodeConsolidationTimeoutDuration: a single-node pass running longer (on the engine's clock) is
+# abandoned, and the NodePools it did not reach go first next time
+SINGLE_NODE_TIMEOUT = 180.0
 
 
 @dataclass(eq=False)
@@ -306,7 +309,13 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
 class DisruptionEngine:
     """Runs the disruption methods over snapshots; remembers which methods found nothing to do."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        # the time as a single-node pass runs, for its timeout (None: a pass never times out; a simulated clock
+        # stands still during a pass, so there it never does either)
+        self.clock = clock
+        self.single_node_timeout = SINGLE_NODE_TIMEOUT
+        self.unseen_nodepools: set[str] = set()  # NodePools a timed-out single-node pass did not reach
+        self.timeouts: dict[str, int] = {}  # consolidation type -> timeouts not yet counted in the metrics
         # method -> (state version, time) of its last no-op that budgets did not constrain
         self._consolidated: dict[str, tuple[int, float]] = {}
         self._eligible: dict[str, int] = {}  # what the methods of the current pass found (StepResult.eligible)
@@ -601,7 +610,15 @@ class DisruptionEngine:
             return None, False
         budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
         constrained = False
-        for c in _interleave_by_nodepool(sort_for_consolidation(cands)):
+        order = _interleave_by_nodepool(sort_for_consolidation(cands), self.unseen_nodepools)
+        unseen = {c.node.nodepool or "" for c in order}
+        deadline = None if self.clock is None else self.clock() + self.single_node_timeout
+        for c in order:
+            if deadline is not None and self.clock() > deadline:  # abandoned, as upstream, with nothing to do
+                self.timeouts["single"] = self.timeouts.get("single", 0) + 1
+                self.unseen_nodepools = unseen
+                return None, True
+            unseen.discard(c.node.nodepool or "")
             if budgets.get(c.node.nodepool, 0) <= 0:
                 constrained = True
                 continue
@@ -617,6 +634,7 @@ class DisruptionEngine:
             if result is not None:
                 events.append(Event("Node", c.name, "ConsolidationApproved", result.message()))
             return cmd, constrained
+        self.unseen_nodepools = unseen
         return None, constrained
 
     # --- Balanced policy ------------------------------------------------------------------
@@ -705,15 +723,17 @@ def _take_within_budgets(cands: Sequence[Candidate], budgets: dict[str, int]) ->
     return kept, constrained
 
 
-def _interleave_by_nodepool(cands: list[Candidate]) -> list[Candidate]:
-    """Take NodePools in turn, so one large NodePool does not starve the others."""
+def _interleave_by_nodepool(cands: list[Candidate], first: set[str] | frozenset[str] = frozenset()) -> list[Candidate]:
+    """Take NodePools in turn, so one large NodePool does not starve the others; ``first``: NodePools a timed-out
+    pass did not reach, which take their turn before the others."""
     groups: dict[str, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(c.node.nodepool or "", []).append(c)
     out = []
     depth = max((len(g) for g in groups.values()), default=0)
+    pools = sorted(groups, key=lambda name: (name not in first, name))
     for i in range(depth):
-        for name in sorted(groups):
+        for name in pools:
             if i < len(groups[name]):
                 out.append(groups[name][i])
     return out
