@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from controllers.harness import (
-    FINALIZER, Harness, cond_status, deleting, nodepool, pdb, pod,
+    FINALIZER, Harness, cond_status, deleting, nodepool, owner_ref, pdb, pod,
 )
 from karpy.controllers.lifecycle import TERMINATION_TIMESTAMP
 from karpy.controllers.termination import MIN_DRAIN_TIME
@@ -314,3 +314,29 @@ def test_extended_resources_a_kubelet_zeroes_before_initialization_count_at_the_
     _provision(h, _gpu_pod("second"))
     assert len(h.nodeclaims()) == 1
     assert node["metadata"]["name"] in [e["message"] for e in h.events("Nominated", involved="second")][0]
+
+
+# --- provisioning/suite_test.go ----------------------------------------------------------------------------------
+
+
+def test_daemonset_overhead_is_what_its_pods_ask_not_its_template(h):
+    """It("should account for overhead using daemonset pod spec instead of daemonset spec"): the DaemonSet's
+    template asks 4 CPUs and 4Gi, its pod (as a LimitRange or a mutating webhook left it) 2 CPUs and 2Gi; the
+    overhead a new node must hold is the pod's, so a 1-CPU pod gets a smaller instance type than the template
+    would need."""
+    h.setup(nodepool(family=("c",)))
+    ds = h.create_one({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+                       "spec": {"selector": {"matchLabels": {"ds": "agent"}},
+                                "template": {"metadata": {"labels": {"ds": "agent"}}, "spec": {"containers": [
+                                    {"name": "a", "image": "r.example.com/agent:1",
+                                     "resources": {"requests": {"cpu": "4", "memory": "4Gi"}}}]}}}})
+    ds_pod = pod("agent-x", cpu="2", memory="2Gi", labels={"ds": "agent"}, owner=owner_ref(ds))
+    ds_pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["elsewhere"]}]}]}}}
+    h.create(ds_pod)
+    _provision(h, pod("app", cpu="1", memory="1Gi", unschedulable=True,
+                      node_selector={"karpenter.sh/nodepool": "default"}))
+    (claim,) = h.nodeclaims()
+    launched = h.launch(claim["metadata"]["name"])
+    cpus = int(launched["metadata"]["labels"]["karpenter.kwok.sh/instance-cpu"])
+    assert cpus == 4  # 2 + 1 CPUs fit a 4-CPU type; the template's 4 + 1 would need 8

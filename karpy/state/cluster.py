@@ -258,6 +258,9 @@ class Cluster:
         self.nodepools: dict[str, dict] = {}
         self.nodeclasses: dict[tuple[str, str], dict] = {}
         self.daemonsets: dict[tuple[str, str], dict] = {}
+        # DaemonSet (namespace, name) -> the newest pod it controls: what its pods really ask (a LimitRange or a
+        # mutating webhook may have changed them from the template), used for overhead as upstream does
+        self.daemonset_pods: dict[tuple[str, str], dict] = {}
         self.pdbs: dict[str, dict[str, dict]] = {}  # namespace -> name -> PDB
         self.volumes: dict[tuple[str, str, str], dict] = {}
         self.csinodes: dict[str, dict[str, int]] = {}  # node name -> CSI driver -> volumes it may attach there
@@ -314,6 +317,8 @@ class Cluster:
             self.version += 1
             self.pods_version += 1
             return
+        if P.is_daemon(obj):
+            self._note_daemonset_pod(obj)
         if prev is not None and prev.obj.get("spec") is obj.get("spec") and \
                 (prev.obj.get("metadata") or {}).get("labels") is (obj.get("metadata") or {}).get("labels"):
             info = prev.info  # a status change: what the engine reads is the same
@@ -494,10 +499,27 @@ class Cluster:
         self.nodepools_version += 1
         self.version += 1
 
+    def _note_daemonset_pod(self, pod: dict) -> None:
+        """Keep the newest pod of each DaemonSet (upstream's cluster state does, from its DaemonSet controller)."""
+        meta = pod.get("metadata") or {}
+        ref = next((r for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        if ref is None:
+            return
+        key = (meta.get("namespace", "default"), str(ref.get("name")))
+        cur = self.daemonset_pods.get(key)
+        if cur is not None and cur["metadata"].get("name") != meta.get("name") and \
+                (parse_time(meta.get("creationTimestamp")) or 0.0) < (parse_time(cur["metadata"].get("creationTimestamp")) or 0.0):
+            return
+        self.daemonset_pods[key] = pod
+        if cur is None or _daemon_shape(cur) != _daemon_shape(pod):
+            self.daemonsets_version += 1
+            self.version += 1
+
     def on_daemonset(self, etype: str, obj: dict, old: dict | None) -> None:
         key = (obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
         if etype == DELETED:
             self.daemonsets.pop(key, None)
+            self.daemonset_pods.pop(key, None)
         elif old is None or old.get("spec") is not obj.get("spec"):
             self.daemonsets[key] = obj
         else:
@@ -634,8 +656,16 @@ class Cluster:
         out = []
         for (ns, name), ds in sorted(self.daemonsets.items()):
             tmpl = (ds.get("spec") or {}).get("template") or {}
-            pobj = {"metadata": {**(tmpl.get("metadata") or {}), "name": name, "namespace": ns, "uid": f"ds/{ns}/{name}"},
-                    "spec": tmpl.get("spec") or {}}
+            pod = self.daemonset_pods.get((ns, name))
+            if pod is not None and any(r.get("uid") == ds["metadata"].get("uid")
+                                       for r in pod["metadata"].get("ownerReferences") or ()):
+                pobj = {"metadata": {**(pod.get("metadata") or {}), "name": name, "namespace": ns,
+                                     "uid": f"ds/{ns}/{name}"},
+                        "spec": _daemon_pod_spec(pod, tmpl)}
+            else:
+                pobj = {"metadata": {**(tmpl.get("metadata") or {}), "name": name, "namespace": ns,
+                                     "uid": f"ds/{ns}/{name}"},
+                        "spec": tmpl.get("spec") or {}}
             out.append(self.compiler.compile(pobj))
         self._daemon_pods_cache = (self.daemonsets_version, out)
         return list(out)
@@ -750,6 +780,34 @@ KNOWN_EPHEMERAL_TAINT_PREFIXES = ("readiness.k8s.io/",)
 def is_known_ephemeral_taint(t: Mapping) -> bool:
     key = str(t.get("key") or "")
     return (key, t.get("effect")) in KNOWN_EPHEMERAL_TAINTS or key.startswith(KNOWN_EPHEMERAL_TAINT_PREFIXES)
+
+
+def _daemon_shape(pod: Mapping) -> tuple:
+    """What of a DaemonSet's pod its overhead reads: labels and spec, less the node it runs on."""
+    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k not in ("nodeName", "affinity")}
+    return (pod.get("metadata") or {}).get("labels"), spec
+
+
+def _daemon_pod_spec(pod: Mapping, template: Mapping) -> dict:
+    """A DaemonSet pod's spec for overhead: the pod's own, with the required node affinity its template states
+    (the DaemonSet controller pins each pod to its node by name; upstream puts the template's terms back)."""
+    spec = {k: v for k, v in (pod.get("spec") or {}).items() if k != "nodeName"}
+    required = ((((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    affinity = dict(spec.get("affinity") or {})
+    node_affinity = {k: v for k, v in (affinity.get("nodeAffinity") or {}).items()
+                     if k != "requiredDuringSchedulingIgnoredDuringExecution"}
+    if required is not None:
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    if node_affinity:
+        affinity["nodeAffinity"] = node_affinity
+    else:
+        affinity.pop("nodeAffinity", None)
+    if affinity:
+        spec["affinity"] = affinity
+    else:
+        spec.pop("affinity", None)
+    return spec
 
 
 def _taint_key(t: Mapping) -> tuple:
