@@ -340,3 +340,27 @@ def test_daemonset_overhead_is_what_its_pods_ask_not_its_template(h):
     launched = h.launch(claim["metadata"]["name"])
     cpus = int(launched["metadata"]["labels"]["karpenter.kwok.sh/instance-cpu"])
     assert cpus == 4  # 2 + 1 CPUs fit a 4-CPU type; the template's 4 + 1 would need 8
+
+
+def test_a_nodepool_changed_during_scheduling_does_not_change_the_nodeclaims_hash(h, monkeypatch):
+    """It("should not use a different NodePool hash on the NodeClaim if the NodePool changes during scheduling"):
+    the NodePool gains a template label after the provisioner scheduled against it but before it creates the
+    NodeClaim (the change reaches the cache in between, as an informer delivers it); the NodeClaim carries the hash
+    of the NodePool it was scheduled with."""
+    from karpy.disruption.drift import NODEPOOL_HASH, nodepool_hash
+
+    h.setup(nodepool())
+    before = nodepool_hash(h.get("NodePool", "default"))
+    prov = h.controller(PROVISIONER)
+    real = prov._apply
+
+    def change_then_apply(*args, **kw):
+        h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"new-label": "new-value"}}}}})
+        assert h.cluster.nodepools["default"]["spec"]["template"]["metadata"]["labels"] == {"new-label": "new-value"}
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prov, "_apply", change_then_apply)
+    _provision(h, pod("p", unschedulable=True))
+    (claim,) = h.nodeclaims()
+    assert nodepool_hash(h.get("NodePool", "default")) != before
+    assert claim["metadata"]["annotations"][NODEPOOL_HASH] == before
