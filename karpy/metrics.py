@@ -79,6 +79,20 @@ def termination_mode(claim: dict | None) -> str:
         return "eventual"
 
 
+def reschedulable_pods(state_node: Any) -> int:
+    """The pods on a cluster-state node that its disruption sends elsewhere: running or pending, not terminating,
+    neither DaemonSet nor mirror pods (upstream's ReschedulablePods, for pods_disruption_initiated_total)."""
+    if state_node is None:
+        return 0
+    return sum(1 for e in state_node.pods.values() if e.active and not e.daemon and not _mirror(e.obj))
+
+
+def _mirror(pod: dict) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    kind = next((r.get("kind") for r in refs if r.get("controller")), refs[0].get("kind") if refs else None)
+    return kind == "Node"
+
+
 class KarpenterMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
@@ -165,13 +179,16 @@ class KarpenterMetrics:
         self._zones: dict[str, list[str]] = {}  # controller -> zones its pending_by_zone series carry
 
     # --- helpers the controllers call -------------------------------------------------------------
-    def disrupted(self, claim: dict, reason: str, reschedulable_pods: int, consolidation_policy: str = "") -> None:
-        """A NodeClaim deleted to disrupt it (a command's candidate, an expired NodeClaim)."""
+    def disrupted(self, claim: dict, reason: str, reschedulable_pods: int | None, consolidation_policy: str = "") -> None:
+        """A NodeClaim deleted to disrupt it (a command's candidate, an expired, unhealthy or garbage-collected
+        NodeClaim, a launch that failed); its reschedulable pods are counted unless None (upstream counts none
+        for launch failures and timeouts)."""
         labels = (claim.get("metadata") or {}).get("labels") or {}
         values = (snake(reason), labels.get("karpenter.sh/nodepool", ""), labels.get("karpenter.sh/capacity-type", ""),
                   snake(consolidation_policy), termination_mode(claim))
         self.nodeclaims_disrupted.labels(*values).inc()
-        self.pods_disruption_initiated.labels(*values).inc(reschedulable_pods)
+        if reschedulable_pods is not None:
+            self.pods_disruption_initiated.labels(*values).inc(reschedulable_pods)
 
     def queue(self, controller: str, scheduling_id: str, depth: int) -> None:
         """The scheduling queue's depth; a new scheduling_id replaces the controller's previous series."""

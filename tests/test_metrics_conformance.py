@@ -643,3 +643,74 @@ def test_karpy_controller_serves_the_controllers_metrics_beside_its_own():
            'reason="empty"} 1.0' in text
     assert "karpenter_cloudprovider_instance_type_offering_price_estimate{" in text
     assert 'karpenter_voluntary_disruption_consolidation_timeouts_total{consolidation_type="multi"} 0.0' in text
+
+
+# --- NodeClaims deleted by other controllers (upstream's lifecycle, garbage collection, node repair) ---------
+
+
+def _disrupted(h: Harness, reason: str, capacity: str = "on-demand") -> float | None:
+    return value(h, "karpenter_nodeclaims_disrupted_total", reason=reason, nodepool="default", capacity_type=capacity,
+                 consolidation_policy="", termination_mode="graceful")
+
+
+def test_a_launch_refused_for_insufficient_capacity_counts_a_disrupted_nodeclaim():
+    """lifecycle/launch.go: insufficient_capacity, without a pod count"""
+    h = Harness()
+    h.setup(_pool())
+    h.cloud.set_availability([SMALL], None, None, False)
+    claim = h.create_one(h.nodeclaim(instance_types=[SMALL], labels={"karpenter.sh/capacity-type": "on-demand"}))
+    h.reconcile("nodeclaim.lifecycle", claim["metadata"]["name"])
+    assert deleting(h.get("NodeClaim", claim["metadata"]["name"]))
+    assert _disrupted(h, "insufficient_capacity") == 1
+    assert "karpenter_pods_disruption_initiated_total{" not in h.karpenter.env.metrics.text().decode()
+
+
+def test_a_registration_timeout_counts_a_disrupted_nodeclaim():
+    """lifecycle/liveness.go: registration_timeout"""
+    h = Harness()
+    h.setup(_pool())
+    name = h.create_one(h.nodeclaim(instance_types=[SMALL], labels={"karpenter.sh/capacity-type": "on-demand"}))[
+        "metadata"]["name"]
+    h.reconcile("nodeclaim.lifecycle", name)
+    h.tick(900)
+    h.reconcile("nodeclaim.lifecycle", name)
+    assert deleting(h.get("NodeClaim", name))
+    assert _disrupted(h, "registration_timeout") == 1
+
+
+def test_garbage_collection_counts_a_disrupted_nodeclaim_and_its_pods():
+    """nodeclaim/garbagecollection: garbage_collected, with the node's reschedulable pods"""
+    h = Harness()
+    h.setup(_pool(consolidate_after="Never"))
+    c, n = h.launch_node("default", instance_types=[SMALL])
+    h.pod_on(n["metadata"]["name"], cpu="100m", owner=RS)
+    h.pod_on(n["metadata"]["name"], cpu="100m", owner=DS)
+    h.cloud.terminate(c["status"]["providerID"])
+    h.make_ready(n["metadata"]["name"], False)
+    h.reconcile("nodeclaim.garbagecollection")
+    assert deleting(h.get("NodeClaim", c["metadata"]["name"]))
+    assert _disrupted(h, "garbage_collected") == 1
+    assert value(h, "karpenter_pods_disruption_initiated_total", reason="garbage_collected", nodepool="default",
+                 capacity_type="on-demand", consolidation_policy="", termination_mode="graceful") == 1
+
+
+def test_node_repair_counts_an_unhealthy_disrupted_nodeclaim_and_its_pods():
+    """node/health: unhealthy, with the node's reschedulable pods (gate NodeRepair)"""
+    from karpy.controllers.env import DEFAULT_FEATURE_GATES, Settings
+
+    h = Harness(settings=Settings(feature_gates={**DEFAULT_FEATURE_GATES, "NodeRepair": True}))
+    h.setup(_pool(consolidate_after="Never"))
+    for _ in range(4):  # one unhealthy node in five may be repaired
+        h.launch_node("default", instance_types=[SMALL])
+    c, n = h.launch_node("default", instance_types=[SMALL])
+    node = n["metadata"]["name"]
+    h.pod_on(node, cpu="100m", owner=RS)
+    h.make_ready(node, False)
+    wait = h.reconcile("node.health", node)
+    assert wait and wait > 0
+    h.tick(wait)
+    h.reconcile("node.health", node)
+    assert deleting(h.get("NodeClaim", c["metadata"]["name"]))
+    assert _disrupted(h, "unhealthy") == 1
+    assert value(h, "karpenter_pods_disruption_initiated_total", reason="unhealthy", nodepool="default",
+                 capacity_type="on-demand", consolidation_policy="", termination_mode="graceful") == 1

@@ -7,8 +7,8 @@ from .. import resources as res
 from ..kube.port import DELETED
 from ..kube.times import parse_time
 from ..runtime.events import ref
+from ..metrics import reschedulable_pods
 from ..runtime.manager import deleting
-from ..state import pods as P
 from .env import Env
 
 
@@ -40,7 +40,7 @@ class Expiration:
             return at - now
         env.recorder.publish(ref(claim), "Expired", f"NodeClaim expired after {res.format_duration(d)}")
         env.api.delete("NodeClaim", name)
-        env.metrics.disrupted(claim, "Expired", self._reschedulable(claim))
+        env.metrics.disrupted(claim, "Expired", reschedulable_pods(env.cluster.by_claim.get(name)))
         env.log.info("deleting expired nodeclaim", controller=self.name, NodeClaim={"name": name},
                      nodepool=(claim["metadata"].get("labels") or {}).get("karpenter.sh/nodepool"), reason="Expired")
         return None

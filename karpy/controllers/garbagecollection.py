@@ -12,6 +12,7 @@ from typing import Any
 
 from ..kube import errors as E
 from ..kube.port import DELETED
+from ..metrics import reschedulable_pods
 from ..runtime.events import ref
 from ..runtime.manager import deleting, is_true
 from .env import Env
@@ -56,6 +57,7 @@ class GarbageCollection:
             except E.NotFound:
                 continue
             env.recorder.publish(ref(claim), "GarbageCollected", "NodeClaim has no cloud provider instance")
+            env.metrics.disrupted(claim, "garbage_collected", reschedulable_pods(sn))
             env.log.info("garbage collecting nodeclaim with no cloudprovider representation", controller=self.name,
                          NodeClaim={"name": name}, **{"provider-id": pid})
         return GC_PERIOD

@@ -21,6 +21,7 @@ import math
 from ..kube import errors as E
 from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
+from ..metrics import reschedulable_pods
 from ..runtime.events import ref
 from ..runtime.manager import deleting
 from .env import Env
@@ -113,6 +114,7 @@ class NodeHealth:
             env.api.delete("NodeClaim", claim_name)
         except E.NotFound:
             return None
+        env.metrics.disrupted(claim, "Unhealthy", reschedulable_pods(env.cluster.by_claim.get(claim_name)))
         env.recorder.publish(ref(node), "NodeRepair",
                              f"Repairing unhealthy node: condition {cond.get('type')}={cond.get('status')} "
                              f"past its toleration", "Warning")

@@ -217,6 +217,7 @@ class Lifecycle:
                              ttl="15m0s")
                 env.recorder.publish(ref(claim), "RegistrationTimeout", "Node did not register within 15m0s", "Warning")
                 env.api.delete("NodeClaim", name)
+                env.metrics.disrupted(claim, "registration_timeout", None)
                 return None
             requeue.append(left)
         set_ready(status, now)
@@ -254,6 +255,8 @@ class Lifecycle:
                                  "Warning")
             env.log.error("failed launching nodeclaim", controller=self.name, NodeClaim={"name": name}, error=str(e))
             env.api.delete("NodeClaim", name)
+            env.metrics.disrupted(claim, "insufficient_capacity" if isinstance(e, InsufficientCapacityError)
+                                  else "nodeclass_not_ready", None)
             return None
 
     def _launched_event(self, claim: dict, created: dict) -> None:
