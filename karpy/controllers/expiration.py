@@ -44,10 +44,3 @@ class Expiration:
         env.log.info("deleting expired nodeclaim", controller=self.name, NodeClaim={"name": name},
                      nodepool=(claim["metadata"].get("labels") or {}).get("karpenter.sh/nodepool"), reason="Expired")
         return None
-
-    def _reschedulable(self, claim: dict) -> int:
-        """The pods on the NodeClaim's node that will need a new home (DaemonSet and mirror pods left out)."""
-        sn = self.env.cluster.by_claim.get(claim["metadata"]["name"])
-        if sn is None:
-            return 0
-        return sum(1 for e in sn.pods.values() if e.active and not e.daemon and P.owner_kind(e.obj) != "Node")
