@@ -364,3 +364,35 @@ def test_a_nodepool_changed_during_scheduling_does_not_change_the_nodeclaims_has
     (claim,) = h.nodeclaims()
     assert nodepool_hash(h.get("NodePool", "default")) != before
     assert claim["metadata"]["annotations"][NODEPOOL_HASH] == before
+
+
+# --- disruption/queue_test.go ------------------------------------------------------------------------------------
+
+QUEUE = "disruption.queue"
+
+
+def test_a_replacement_gone_from_the_api_but_still_in_the_cache_is_waited_on(h):
+    """It("should not return an error when the NodeClaim doesn't exist but the NodeCliam is in cluster state"): a
+    drift command's replacement is deleted in the API server before the cache hears of it; the queue keeps waiting
+    on it (no error, the candidate kept), and rolls the command back once the cache learns it is gone."""
+    h.setup(nodepool(consolidate_after="Never"))
+    c, n = h.launch_node(instance_types=[IT])
+    candidate, node_name = c["metadata"]["name"], n["metadata"]["name"]
+    h.pod_on(node_name, cpu="1", owner=RS_OWNER)
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"rev": "2"}}}}})
+    h.reconcile("nodeclaim.disruption", candidate)
+    h.clear_queue()
+    h.reconcile("disruption")
+    (running,) = h.disruption.queue.values()
+    (rep,) = [x["metadata"]["name"] for x in h.nodeclaims() if x["metadata"]["name"] != candidate]
+    h.launch(rep)  # launched, not initialized
+    h.api.patch("NodeClaim", rep, {"metadata": {"finalizers": []}})
+    h.api.delete("NodeClaim", rep)
+    assert h.get("NodeClaim", rep) is None and h.cluster.by_claim.get(rep) is not None
+    assert h.controller(QUEUE).reconcile(running.id) == pytest.approx(10.0)  # still waiting, no error
+    assert running.id in h.disruption.queue
+    assert not deleting(h.get("NodeClaim", candidate))
+    h.reconcile(QUEUE, running.id)  # the cache has caught up: the replacement is gone
+    assert running.id not in h.disruption.queue
+    assert not deleting(h.get("NodeClaim", candidate))
+    assert not any(t.get("key") == "karpenter.sh/disrupted" for t in h.get("Node", node_name)["spec"].get("taints") or ())
