@@ -396,3 +396,23 @@ def test_a_replacement_gone_from_the_api_but_still_in_the_cache_is_waited_on(h):
     assert running.id not in h.disruption.queue
     assert not deleting(h.get("NodeClaim", candidate))
     assert not any(t.get("key") == "karpenter.sh/disrupted" for t in h.get("Node", node_name)["spec"].get("taints") or ())
+
+
+# --- nodeclaim/disruption/drift_test.go --------------------------------------------------------------------------
+
+
+def test_a_nodepool_without_its_hash_annotation_does_not_drift_its_nodeclaims(h):
+    """It("should not return drifted if karpenter.sh/nodepool-hash annotation is not present on the NodePool"): the
+    NodePool's hash annotations (which karpy's NodePool controller writes) are removed; the NodeClaim, stamped with
+    the NodePool's hash at launch, is not drifted."""
+    from karpy.disruption.drift import NODEPOOL_HASH, NODEPOOL_HASH_VERSION
+
+    h.setup(nodepool())
+    h.reconcile("nodepool.status", "default")  # stamps the NodePool's hash annotations
+    assert NODEPOOL_HASH in (h.get("NodePool", "default")["metadata"].get("annotations") or {})
+    c, _ = h.launch_node(instance_types=[IT])
+    claim = c["metadata"]["name"]
+    h.patch("NodePool", "default", {"metadata": {"annotations": {NODEPOOL_HASH: None, NODEPOOL_HASH_VERSION: None}}})
+    assert NODEPOOL_HASH not in (h.get("NodePool", "default")["metadata"].get("annotations") or {})
+    assert _drift(h, claim) is None
+    assert cond_status(h.get("NodeClaim", claim), "Drifted") is None
