@@ -80,16 +80,21 @@ def score_move(savings: float, disruption: float, totals: NodePoolTotals, k: int
     return ScoreResult(savings / totals.total_cost, disruption / totals.total_disruption, k)
 
 
+def _finite(price: float | None) -> float:
+    return price if price is not None and math.isfinite(price) else 0.0
+
+
 def nodepool_totals(candidates: Sequence[Candidate], nodes: Iterable[NodeState]) -> dict[str, NodePoolTotals]:
     """Totals for each NodePool that has a candidate. ``candidates`` are all the nodes that may be disrupted
     (before any method's own filter), ``nodes`` every node of the cluster: a NodePool's price is that of all
     its nodes (the candidates' when that is zero) and its disruption cost counts every node, a candidate by
-    its reschedule cost."""
+    its reschedule cost. A price that is not a finite number (NaN from a cloud's price answer) counts 0, so it
+    cannot poison a NodePool's total."""
     by_name = {c.name: c for c in candidates}
     fallback: dict[str, float] = {}
     for c in candidates:
         name = c.node.nodepool or ""
-        fallback[name] = fallback.get(name, 0.0) + c.price
+        fallback[name] = fallback.get(name, 0.0) + _finite(c.price)
     cost: dict[str, float] = {}
     disruption: dict[str, float] = {}
     for n in nodes:
@@ -97,7 +102,7 @@ def nodepool_totals(candidates: Sequence[Candidate], nodes: Iterable[NodeState])
             continue
         c = by_name.get(n.name)
         disruption[n.nodepool] = disruption.get(n.nodepool, 0.0) + (c.reschedule_cost if c else node_disruption_cost(n))
-        cost[n.nodepool] = cost.get(n.nodepool, 0.0) + (n.price or 0.0)
+        cost[n.nodepool] = cost.get(n.nodepool, 0.0) + _finite(n.price)
     return {name: NodePoolTotals(cost.get(name, 0.0) if cost.get(name, 0.0) > 0 else fb, disruption.get(name, 0.0))
             for name, fb in fallback.items()}
 

@@ -221,3 +221,43 @@ def test_an_unpriced_instance_type_is_listed_with_only_unavailable_offerings(env
     preview = types["p5e.48xlarge"]
     assert preview.offerings and not any(o.available for o in preview.offerings)
     assert any(o.available for o in types["m7g.large"].offerings)
+
+
+# --- a NaN price (kubernetes-sigs/karpenter pkg/controllers/disruption/balanced_adversarial_test.go) ----------------
+
+def test_a_nan_spot_price_from_ec2_is_no_price(env):
+    """A DescribeSpotPriceHistory record whose SpotPrice is NaN is ignored: that spot offering has no price and is
+    unavailable (never priced NaN); the same type's spot offering priced in another zone keeps its price."""
+    import math
+
+    p, nc, faults, account = env
+    faults.spot_prices = {("m7g.large", "us-west-2a"): float("nan"), ("m7g.large", "us-west-2b"): 0.031}
+    p.types.update_spot()
+    (it,) = [t for t in p.get_instance_types(NODEPOOL, nc) if t.name == "m7g.large"]
+    spot = {o.zone: o for o in it.offerings if o.capacity_type == "spot"}
+    assert not any(math.isnan(o.price) for o in it.offerings)
+    assert not spot["us-west-2a"].available
+    assert spot["us-west-2b"].available and spot["us-west-2b"].price == pytest.approx(0.031)
+
+
+def test_a_nan_price_does_not_poison_the_nodepool_totals():
+    """It("should not allow NaN price to poison NodePool totals"): a Balanced NodePool of three nodes with a pod each,
+    one of them priced NaN: the NodePool's total cost is a number (the NaN counts nothing) and a move scored
+    against it has a score that is not NaN."""
+    import math
+
+    from disruption_helpers import Cluster, dpod
+    from helpers import expr
+    from karpy.disruption.balanced import nodepool_totals, score_move
+    from karpy.disruption.candidates import GRACEFUL, build_candidates
+
+    c = Cluster()
+    c.nodepool("pool-nan", policy="Balanced", budgets=[{"nodes": "100%"}],
+               requirements=[expr("karpenter.sh/capacity-type", "In", "on-demand")])
+    c.node("node-good-1", itype="std-4", nodepool="pool-nan", pods=[dpod(cpu="1")], price=4.84)
+    c.node("node-nan", itype="std-4", nodepool="pool-nan", pods=[dpod(cpu="1")], price=float("nan"))
+    c.node("node-good-2", itype="std-4", nodepool="pool-nan", pods=[dpod(cpu="1")], price=4.84)
+    snapshot = c.snapshot()
+    totals = nodepool_totals(build_candidates(snapshot, GRACEFUL, []), snapshot.nodes)["pool-nan"]
+    assert not math.isnan(totals.total_cost) and totals.total_cost == pytest.approx(2 * 4.84)
+    assert not math.isnan(score_move(4.84, 2.0, totals, 2).score)

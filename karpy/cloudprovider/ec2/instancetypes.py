@@ -134,7 +134,7 @@ def parse_price_list(items: list[str]) -> dict[str, float]:
         for term in ((doc.get("terms") or {}).get("OnDemand") or {}).values():
             for dim in (term.get("priceDimensions") or {}).values():
                 usd = (dim.get("pricePerUnit") or {}).get("USD") or (dim.get("pricePerUnit") or {}).get("CNY")
-                if it and usd and float(usd) > 0:
+                if it and usd and 0 < float(usd) < math.inf:  # (NaN is not > 0)
                     out[it] = float(usd)
     return out
 
@@ -230,8 +230,14 @@ class InstanceTypes:
                     continue
                 key = (r["InstanceType"], r["AvailabilityZone"])
                 ts = str(r["Timestamp"])
+                try:
+                    price = float(r["SpotPrice"])
+                except (TypeError, ValueError):
+                    continue
+                if not math.isfinite(price) or price < 0:
+                    continue  # not a price (NaN, infinite, negative): the record is ignored
                 if key not in prices or ts > prices[key][0]:
-                    prices[key] = (ts, float(r["SpotPrice"]))
+                    prices[key] = (ts, price)
         with self.lock:
             self.spot.update({k: v for k, (_, v) in prices.items()})
             self.spot_updated = True
