@@ -416,3 +416,18 @@ def test_a_nodepool_without_its_hash_annotation_does_not_drift_its_nodeclaims(h)
     assert NODEPOOL_HASH not in (h.get("NodePool", "default")["metadata"].get("annotations") or {})
     assert _drift(h, claim) is None
     assert cond_status(h.get("NodeClaim", claim), "Drifted") is None
+
+
+def test_a_nodeclaim_whose_launch_condition_is_false_loses_its_drifted_condition(h):
+    """It("should remove the status condition from the nodeClaim when the nodeClaim launch condition is false"): a
+    drifted NodeClaim whose Launched condition turns False (LaunchFailed) is no longer drifted."""
+    claim, _ = _managed(h)
+    h.patch("NodeClaim", claim, {"metadata": {"annotations": {"karpenter.sh/nodepool-hash": "stale"}}})
+    assert _drift(h, claim) == "NodePoolDrifted"
+    st = h.get("NodeClaim", claim)["status"]
+    conds = [c for c in st["conditions"] if c["type"] != "Launched"]
+    conds.append({"type": "Launched", "status": "False", "reason": "LaunchFailed", "message": "LaunchFailed",
+                  "lastTransitionTime": fmt_time(h.now())})
+    h.patch("NodeClaim", claim, {"status": {**st, "conditions": conds}}, subresource="status")
+    assert _drift(h, claim) is None
+    assert cond_status(h.get("NodeClaim", claim), "Drifted") is None

@@ -73,11 +73,20 @@ class NodeClaimDisruption:
     def reconcile(self, name: str) -> float | None:
         env = self.env
         claim = env.mgr.get("NodeClaim", name)
-        if claim is None or deleting(claim) or not is_true(claim, "Launched") or not env.manages(claim):
+        if claim is None or deleting(claim) or not env.manages(claim):
             return None  # (a NodeClaim of another Karpenter's NodeClass keeps its conditions as they are)
         labels = claim["metadata"].get("labels") or {}
         np = env.cluster.nodepools.get(labels.get("karpenter.sh/nodepool", ""))
         if np is None:
+            return None
+        if not is_true(claim, "Launched"):
+            # as upstream: a NodeClaim not launched (its launch failed, or not made yet) is neither drifted nor
+            # consolidatable; conditions it carries from before are removed
+            status = dict(claim.get("status") or {})
+            clear_condition(status, "Drifted")
+            clear_condition(status, "Consolidatable")
+            if status != (claim.get("status") or {}):
+                env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
             return None
         now = env.now()
         status = dict(claim.get("status") or {})
