@@ -199,3 +199,31 @@ def test_a_node_is_configured_with_resolved_reserved_resources_never_an_expressi
                                                              "ephemeral-storage": "3Gi"}
     # the gate off: the expressions are left out, the quantities kept
     assert reserved_for_launch(values, False, lambda: m5) == {"ephemeral-storage": "3Gi"}
+
+
+def _validated(kubelet: dict, gates: dict, dependencies: str = "True") -> tuple:
+    """ValidationSucceeded after karpy's AWS NodeClass controller looked at the kubelet expressions."""
+    from types import SimpleNamespace
+
+    from karpy.cloudprovider.ec2.controllers import NodeClassController
+
+    its = InstanceTypes(None, "us-east-1")
+    its.infos = {"m5.large": M5_LARGE, "t3.large": T3_LARGE}
+    its.zones = {"m5.large": {"us-east-1a"}, "t3.large": {"us-east-1a"}}
+    ctrl = NodeClassController(None, None, None, None, None, None, provider=SimpleNamespace(gates=gates, types=its))
+    cond = {"ValidationSucceeded": (dependencies, "ValidationSucceeded" if dependencies == "True" else "Dependencies",
+                                    "")}
+    ctrl._validate_kubelet_expressions(_nodeclass(kubelet), {}, cond)
+    return cond["ValidationSucceeded"][:2]
+
+
+def test_the_nodeclass_is_not_valid_while_a_kubelet_expression_does_not_compile_or_evaluate():
+    assert _validated({"maxPods": "vcpus +"}, GATE_ON) == ("False", "KubeletExpressionInvalid")
+    assert _validated({"kubeReserved": {"cpu": "vcpus > 1"}}, GATE_ON, "Unknown") == ("False", "KubeletExpressionInvalid")
+    # compiles, but is negative for every type: resolution would drop it, validation refuses it
+    assert _validated({"kubeReserved": {"memory": "0 - vcpus"}}, GATE_ON) == ("False", "KubeletExpressionEvaluationFailed")
+    assert _validated({"maxPods": "1 / (vcpus - vcpus)"}, GATE_ON) == ("False", "KubeletExpressionEvaluationFailed")
+    assert _validated({"maxPods": "min(110, vcpus * 8)", "kubeReserved": {"memory": "max_pods * 11"}},
+                      GATE_ON) == ("True", "ValidationSucceeded")
+    # the gate off: karpy's controller leaves the condition as it was (expressions are ignored)
+    assert _validated({"maxPods": "vcpus +"}, {}) == ("True", "ValidationSucceeded")

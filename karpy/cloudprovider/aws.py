@@ -238,7 +238,7 @@ def _reserved_overrides(values: Mapping[str, Any] | None) -> dict[str, int]:
     return out
 
 
-def _reserved_expressions(values: Mapping[str, Any] | None) -> dict[str, str]:
+def reserved_expressions(values: Mapping[str, Any] | None) -> dict[str, str]:
     """kubeReserved / systemReserved entries that are expressions (feature gate NodeClassCEL); "pid" is not a
     schedulable resource."""
     return {str(k): str(v) for k, v in (values or {}).items() if k != "pid" and not _is_quantity(v)}
@@ -414,8 +414,8 @@ class AWSProvider(CatalogProvider):
         max_pods = kubelet.get("maxPods")
         cel = {
             "max_pods": max_pods if isinstance(max_pods, str) else None,
-            "kube_reserved": _reserved_expressions(kubelet.get("kubeReserved")),
-            "system_reserved": _reserved_expressions(kubelet.get("systemReserved")),
+            "kube_reserved": reserved_expressions(kubelet.get("kubeReserved")),
+            "system_reserved": reserved_expressions(kubelet.get("systemReserved")),
         }
         if cel["max_pods"] is not None or cel["kube_reserved"] or cel["system_reserved"]:
             params["cel"] = cel  # no expression: the same parameters (and cache entry) as with the gate off
@@ -424,7 +424,8 @@ class AWSProvider(CatalogProvider):
     def resolve_kubelet(self, size: Mapping[str, Any], family: AMIFamily, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """The parameters with the kubelet expressions of gated_params resolved for one type: maxPods first (its
         max_pods the default pod count), then kubeReserved / systemReserved against the resolved pods;
-        KubeletExpressionError when maxPods cannot be resolved."""
+        KubeletExpressionError when maxPods cannot be resolved (and, ``strict`` in the expressions as the
+        NodeClass validation asks, when a reserved expression fails or is negative rather than dropping it)."""
         cel = params.get("cel")
         if not cel:
             return params
@@ -438,9 +439,12 @@ class AWSProvider(CatalogProvider):
 
         if cel["max_pods"] is not None:
             out["max_pods"] = kubelet_cel.resolve_max_pods(cel["max_pods"], variables())
-        for field in ("kube_reserved", "system_reserved"):
+        for field, name in (("kube_reserved", "kubeReserved"), ("system_reserved", "systemReserved")):
             if cel[field]:
-                resolved, _dropped = kubelet_cel.resolve_reserved(cel[field], variables())
+                resolved, dropped = kubelet_cel.resolve_reserved(cel[field], variables())
+                if dropped and cel.get("strict"):
+                    raise kubelet_cel.KubeletExpressionError(
+                        f"resolving instance type {size.get('name')}: resolving {name}: {dropped[0]}")
                 out[field] = {**out[field], **_reserved_overrides(resolved)}
         return out
 

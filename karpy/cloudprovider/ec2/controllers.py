@@ -33,6 +33,7 @@ from ...kube import errors as E
 from ...runtime.events import ref
 from ..provider import NodeClaimNotFoundError
 from .. import aws as static
+from .. import kubelet_cel
 from .clients import error_message, is_not_found
 from .nodeclass import CONDITIONS, FINALIZER, NodeClassResolver, capacity_block_expiring, hash_annotations
 from .provider import TAG_CLUSTER_NAME, TAG_NODECLAIM, EC2CloudProvider, instance_id_of
@@ -68,6 +69,7 @@ class NodeClassController:
                                                                "resourceVersion": nc["metadata"].get("resourceVersion")}})
         res = self.resolver.resolve(nc)
         status = res.status
+        self._validate_kubelet_expressions(nc, status, res.conditions)
         now = self.clock.now()
         for ctype in CONDITIONS:
             value, reason, message = res.conditions.get(ctype, ("Unknown", "AwaitingReconciliation", ""))
@@ -87,6 +89,29 @@ class NodeClassController:
                 self.log.info("nodeclass ready", controller=self.name, EC2NodeClass={"name": name},
                               subnets=len(status.get("subnets") or ()), amis=[a["id"] for a in status.get("amis") or ()])
         return REQUEUE
+
+    def _validate_kubelet_expressions(self, nc: dict, status: dict, cond: dict) -> None:
+        """With NodeClassCEL on, upstream's validation of the kubelet expressions: each must compile
+        (KubeletExpressionInvalid) and, once the other conditions hold, evaluate for every instance type
+        (KubeletExpressionEvaluationFailed); either leaves ValidationSucceeded False."""
+        if self.provider is None or not self.provider.gates.get(kubelet_cel.GATE):
+            return
+        kubelet = (nc.get("spec") or {}).get("kubelet") or {}
+        fields = [("spec.kubelet.maxPods", kubelet["maxPods"])] if isinstance(kubelet.get("maxPods"), str) else []
+        for key in ("kubeReserved", "systemReserved"):
+            fields += [(f"spec.kubelet.{key}[{k}]", v) for k, v in static.reserved_expressions(kubelet.get(key)).items()]
+        for field, expression in fields:
+            try:
+                kubelet_cel.validate(expression)
+            except kubelet_cel.KubeletExpressionError as e:
+                cond["ValidationSucceeded"] = ("False", "KubeletExpressionInvalid", f"validating {field}: {e}")
+                return
+        if not fields or cond.get("ValidationSucceeded", ("Unknown",))[0] != "True":
+            return
+        try:
+            self.provider.types.list({**nc, "status": status}, gates=self.provider.gates, strict=True)
+        except kubelet_cel.KubeletExpressionError as e:
+            cond["ValidationSucceeded"] = ("False", "KubeletExpressionEvaluationFailed", str(e))
 
     def finalize(self, nc: dict) -> float | None:
         """Upstream's termination: wait for the NodeClaims that use the NodeClass, then delete its instance

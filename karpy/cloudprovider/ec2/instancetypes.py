@@ -250,15 +250,17 @@ class InstanceTypes:
         return self.spot.get((name, zone))
 
     def list(self, nodeclass: dict | None, unavailable: Callable[[str, str, str], bool] = lambda t, z, c: False,
-             gates: dict[str, bool] | None = None) -> list[InstanceType]:
+             gates: dict[str, bool] | None = None, strict: bool = False) -> list[InstanceType]:
         """The NodeClass's instance types; KubeletExpressionError (gate NodeClassCEL) when one type's maxPods
-        expression cannot be resolved: then none."""
+        expression cannot be resolved (``strict``: any kubelet expression, as the NodeClass validation): then none."""
         status = (nodeclass or {}).get("status") or {}
         subnet_zones = {s["zone"] for s in status.get("subnets") or ()}
         ami_arches = {v for a in status.get("amis") or () for r in a.get("requirements") or ()
                       if r.get("key") == LABEL_ARCH for v in r.get("values") or ()}
         family = static.AMI_FAMILIES[static.ami_family_name(nodeclass)]
         params = static.provider.gated_params(nodeclass, gates or {})
+        if strict and params.get("cel"):
+            params["cel"] = {**params["cel"], "strict": True}
         out = []
         with self.lock:
             for name, info in sorted(self.infos.items()):
