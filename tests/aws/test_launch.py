@@ -59,14 +59,17 @@ def test_capacity_errors_mark_offerings_and_fall_through(env):
 
 def test_get_list_delete_and_drift(env):
     p, nc, faults, account = env
-    launched = p.create(claim())["status"]
+    out = p.create(claim())
+    launched = out["status"]
     pid = launched["providerID"]
     assert p.get(pid)["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "c7g.large"
     assert [c["status"]["providerID"] for c in p.list()] == [pid]
-    status = {"providerID": pid, "imageID": launched["imageID"]}
-    assert p.is_drifted({"status": status}, nc) is None
+    # the NodeClaim as the launch labelled it (drift reads its instance type from the instance-type label)
+    nodeclaim = {"metadata": {"labels": dict(out["metadata"]["labels"])},
+                 "status": {"providerID": pid, "imageID": launched["imageID"]}}
+    assert p.is_drifted(nodeclaim, nc) is None
     newer = {**nc, "status": {**nc["status"], "amis": [{"id": "ami-0a2023arm99999999", "requirements": []}]}}
-    assert p.is_drifted({"status": status}, newer) == "AMIDrift"
+    assert p.is_drifted(nodeclaim, newer) == "AMIDrift"
     p.delete({"status": {"providerID": pid}})
     with pytest.raises(NodeClaimNotFoundError):
         p.get(pid)

@@ -21,7 +21,8 @@ def launched(env):
     p, nc, faults, account = env
     out = p.create(claim())
     (inst,) = account.instances()
-    nodeclaim = {"metadata": {"name": "nc-1", "annotations": dict(out["metadata"].get("annotations") or {})},
+    nodeclaim = {"metadata": {"name": "nc-1", "annotations": dict(out["metadata"].get("annotations") or {}),
+                              "labels": {"node.kubernetes.io/instance-type": inst["InstanceType"]}},
                  "status": {"providerID": out["status"]["providerID"], "imageID": out["status"]["imageID"]}}
     return p, nc, nodeclaim, inst, account
 
@@ -109,8 +110,8 @@ def test_a_reservation_that_fell_back_to_on_demand_is_not_drift(launched, monkey
     EC2NodeClass's status, but the instance runs outside any reservation (it fell back to on-demand): EC2's
     answer, not the label, decides, so it is not drifted. While the instance is in cr-foo it is."""
     p, nc, nodeclaim, inst, _ = launched
-    nodeclaim["metadata"]["labels"] = {"karpenter.k8s.aws/capacity-reservation-id": "cr-foo",
-                                       "karpenter.sh/capacity-type": "reserved"}
+    nodeclaim["metadata"]["labels"].update({"karpenter.k8s.aws/capacity-reservation-id": "cr-foo",
+                                            "karpenter.sh/capacity-type": "reserved"})
     gone = with_status(nc, capacityReservations=[])
     assert p.is_drifted(nodeclaim, gone) is None
     real = p._instance
@@ -134,12 +135,14 @@ def test_an_instance_gone_out_of_band_gives_no_drift_decision(launched, monkeypa
     assert p.is_drifted(nodeclaim, moved) is None
 
 
-@pytest.mark.xfail(strict=True, reason="karpy's AWS drift check reads a NodeClaim's instance type from the instance "
-                                       "when its instance-type label is missing; upstream errors (no drift decision)")
 def test_a_nodeclaim_without_its_instance_type_label_gives_no_drift_decision(launched):
     """It("should error if the NodeClaim doesn't have the instance-type label"): upstream cannot map the status AMIs
     onto the NodeClaim's instance type, returns an error, and the NodeClaim is not marked drifted."""
     p, nc, nodeclaim, inst, _ = launched
-    assert "node.kubernetes.io/instance-type" not in (nodeclaim["metadata"].get("labels") or {})
-    moved = with_status(nc, amis=[{"id": "ami-0a2023arm99999999", "requirements": []}])
+    moved = with_status(nc, amis=[{"id": "ami-0a2023arm99999999", "requirements": []}],
+                        subnets=[s for s in nc["status"]["subnets"] if s["id"] != inst["SubnetId"]])
+    assert p.is_drifted(nodeclaim, moved) == "AMIDrift"  # with the label
+    del nodeclaim["metadata"]["labels"]["node.kubernetes.io/instance-type"]
+    # without it neither the AMI nor the subnet (checked after the AMI upstream) decides
     assert p.is_drifted(nodeclaim, moved) is None
+    assert p.is_drifted(nodeclaim, with_status(nc, subnets=moved["status"]["subnets"])) is None

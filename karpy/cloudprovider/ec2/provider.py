@@ -632,6 +632,17 @@ class EC2CloudProvider:
         except NodeClaimNotFoundError:
             return None
         # upstream's order: AMI, security groups, subnet, capacity reservation
+        # the NodeClaim's instance type is its instance-type label, as upstream reads it (not the instance's own
+        # type): a NodeClaim without the label, or naming a type the NodeClass no longer offers, is an error
+        # upstream, so no drift decision is made
+        name = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE_TYPE)
+        if not name:
+            return None
+        # every type the NodeClass allows whatever its AMIs (karpy's listing drops types no AMI fits)
+        unfiltered = {**nodeclass, "status": {**status, "amis": []}}
+        it = next((t for t in self.get_instance_types({}, unfiltered) if t.name == name), None)
+        if it is None:
+            return None
         amis = status.get("amis") or ()
         if amis:
             # the image the NodeClaim was launched with, as its status records it (upstream reads it there, not from
@@ -641,13 +652,6 @@ class EC2CloudProvider:
                 return None
             # the AMI a launch would choose for the instance's type now (the first whose requirements it meets),
             # so an AMI still listed but no longer applying to this type drifts too
-            name = ((nodeclaim.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE_TYPE) \
-                or inst.get("InstanceType")
-            # every type the NodeClass allows whatever its AMIs (karpy's listing drops types no AMI fits)
-            unfiltered = {**nodeclass, "status": {**status, "amis": []}}
-            it = next((t for t in self.get_instance_types({}, unfiltered) if t.name == name), None)
-            if it is None:  # upstream: an error finding the instance type, so no drift decision
-                return None
             ami = next((a for a in amis if _matches(a.get("requirements") or [], it)), None)
             if ami is None or image != ami["id"]:
                 return "AMIDrift"
