@@ -270,15 +270,47 @@ def _pending_and_uninitialized(snapshot: ClusterSnapshot) -> tuple[set[str], set
     return memo
 
 
+def _moving_pods(snapshot: ClusterSnapshot, candidates: Sequence[Candidate]) -> list:
+    """The candidates' pods a simulation must find a new home for, as the pods consolidation moves."""
+    return [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+
+
+# Consolidation answers that found nothing, remembered for the simulation input they came from. A pass whose
+# snapshot holds the very nodes, pods and templates an earlier pass simulated (the forced re-check every five
+# minutes, a cluster change that reached no node) gets the same answer, and the same reason, without simulating
+# again. Entries hold the objects their keys name by id and live as long as the preparation they were
+# simulated over (see _prepared: a snapshot reuses a preparation only when it holds the very same objects).
+_REJECTED: list = [None, {}]  # [that Prepared, {input key: (the pods it names, kept alive; reason)}]
+
+
+def _rejection_key(snapshot: ClusterSnapshot, cands: Sequence[Candidate], probe: bool) -> tuple[dict, tuple, list]:
+    """The rejections remembered for this snapshot's preparation, this consolidation's input key, and the
+    pods it names (kept alive with a rejection: the key names them by id): pending, leaving, the candidates'."""
+    prep, leaving = _prepared(snapshot, True)
+    if _REJECTED[0] is not prep:
+        _REJECTED[0], _REJECTED[1] = prep, {}
+    own = _moving_pods(snapshot, cands)
+    _, uninitialized = _pending_and_uninitialized(snapshot)
+    gates = snapshot.feature_gates
+    # the pods (pending, leaving, moving) by id: they and the preparation are never changed in place
+    key = (tuple(map(id, snapshot.pending_pods)), tuple(map(id, leaving)), tuple(map(id, own)),
+           tuple((c.name, c.price, c.node.capacity_type) for c in cands), probe,
+           snapshot.min_values_best_effort, tuple(sorted(uninitialized)),
+           tuple(sorted((k, bool(v)) for k, v in gates.items())))
+    return _REJECTED[1], key, (snapshot.pending_pods, leaving, own)
+
+
 def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
-             refine: bool = False, probe: bool = False) -> Simulation:
+             refine: bool = False, probe: bool = False, own: list | None = None) -> Simulation:
     """Where would the candidates' pods go if the candidates were gone? (``refine``: with CostRefinement's
     re-packing of the new NodeClaims, for karpy's ConsolidationOptimizer; ``probe``: a multi-node probe,
-    given up, without results, once it needs a second new NodeClaim)"""
+    given up, without results, once it needs a second new NodeClaim; ``own``: the candidates' pods to move,
+    when the caller has them already)"""
     SIMULATIONS[0] += 1
     names = {c.name for c in candidates}
     prep, leaving = _prepared(snapshot, consolidation)
-    own = [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    if own is None:
+        own = _moving_pods(snapshot, candidates)
     pods = list(snapshot.pending_pods) + leaving + own
     probe = probe and not refine and not snapshot.pending_pods
     sched = (_ProbeScheduler if probe else Scheduler).from_prepared(
@@ -460,13 +492,20 @@ class DisruptionEngine:
     def compute_consolidation(self, snapshot: ClusterSnapshot, cands: Sequence[Candidate], events: list[Event] | None,
                               method: str) -> Command | None:
         single = len(cands) == 1
+        # a multi-node probe reports no reason: its simulation may stop at a second new NodeClaim
+        probe = method == "multi" and events is None and not single
+        rejected, key, named = _rejection_key(snapshot, cands, probe)
 
         def unconsolidatable(msg: str) -> None:
+            rejected[key] = (named, msg)
             if single and events is not None:
                 events.append(Event("Node", cands[0].name, "Unconsolidatable", msg))
 
-        # a multi-node probe reports no reason: its simulation may stop at a second new NodeClaim
-        sim = simulate(snapshot, cands, consolidation=True, probe=method == "multi" and events is None and not single)
+        hit = rejected.get(key)
+        if hit is not None:
+            unconsolidatable(hit[1])
+            return None
+        sim = simulate(snapshot, cands, consolidation=True, probe=probe, own=named[2])
         if not sim.ok:
             unconsolidatable(sentence(sim.why or ""))
             return None
