@@ -29,15 +29,22 @@ def _long_lived_heap():
     """A simulation's heap is mostly long-lived objects (the API server's objects, the cluster state, the
     catalogs) and makes few reference cycles: the objects so far are moved out of the cyclic collector's reach
     (``gc.freeze``) and young collections run every 50,000 allocations instead of 700, so the collector stops
-    walking the whole heap again and again. Restored afterwards."""
+    walking the whole heap again and again. What survives a collection is frozen too (it is as long-lived), so
+    no collection walks it again: each one scans only the objects made since the last. Restored afterwards."""
     import gc
+
+    def freeze_survivors(phase: str, info: dict) -> None:
+        if phase == "stop":
+            gc.freeze()
 
     before = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+    gc.callbacks.append(freeze_survivors)
     try:
         yield
     finally:
+        gc.callbacks.remove(freeze_survivors)
         gc.set_threshold(*before)
         gc.unfreeze()
 
@@ -162,6 +169,21 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         traceback.print_exc()
         sys.exit(1)
     click.echo(text, nl=False)
+    _exit_without_teardown()
+
+
+def _exit_without_teardown() -> None:
+    """Ends a ``karpy`` process that has written its result: the simulation's heap (millions of small objects)
+    goes back to the operating system at once instead of being freed one object at a time (about a tenth of
+    the CPU of 20,000 pods). Only in the karpy process itself: under a test runner or with its standard output
+    redirected by a caller (click's CliRunner), it returns as usual."""
+    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__ or "pytest" in sys.modules:
+        return
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _load_prices(path: str):
