@@ -301,7 +301,7 @@ class Termination:
 
 
 def _claims_with_provider_id(env: Env, pid: str) -> int:
-    return sum(1 for c in env.mgr.list("NodeClaim") if (c.get("status") or {}).get("providerID") == pid)
+    return len(env.cluster.claims_by_provider_id.get(pid, ()))
 
 
 def _stuck_terminating(pod: dict, now: float) -> bool:

@@ -251,6 +251,9 @@ class Cluster:
         self.nodes: dict[str, StateNode] = {}  # by key
         self.by_node: dict[str, StateNode] = {}
         self.by_claim: dict[str, StateNode] = {}
+        self.claim_provider_ids: dict[str, str] = {}  # NodeClaim name -> its status.providerID, when it has one
+        self.claims_by_provider_id: dict[str, set[str]] = {}  # provider ID -> NodeClaims naming it (more than one:
+        # duplicates, which the termination controller does not trust)
         self.by_provider: dict[str, StateNode] = {}
         self.claims_by_nodepool: dict[str, set[str]] = {}
         self.usage: dict[str, dict[str, int]] = {}  # NodePool -> capacity of its launched NodeClaims, and "nodes"
@@ -434,6 +437,7 @@ class Cluster:
             st = obj.get("status") or {}
             self._count(name, np_, res.parse_resource_list(st.get("capacity") or st.get("allocatable")))
         pid = (obj.get("status") or {}).get("providerID") or ""
+        self._index_provider_id(name, "" if etype == DELETED else pid)
         np = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_NODEPOOL, "")
         sn = self.by_claim.get(name)
         if etype == DELETED:
@@ -473,6 +477,22 @@ class Cluster:
         sn.touch()
         self.claims_by_nodepool.setdefault(np, set()).add(name)
         self.version += 1
+
+    def _index_provider_id(self, name: str, pid: str) -> None:
+        was = self.claim_provider_ids.get(name, "")
+        if was == pid:
+            return
+        if was:
+            names = self.claims_by_provider_id.get(was)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.claims_by_provider_id[was]
+        if pid:
+            self.claim_provider_ids[name] = pid
+            self.claims_by_provider_id.setdefault(pid, set()).add(name)
+        else:
+            self.claim_provider_ids.pop(name, None)
 
     def _drop_if_empty(self, sn: StateNode) -> None:
         if sn.node is None and sn.claim is None:
