@@ -21,6 +21,8 @@ serves this registry on ``/metrics`` beside the gauges it reads from the informe
   ``karpenter_scheduler_unschedulable_pods_count{controller}``,
   ``karpenter_scheduler_pending_pods_by_effective_zone_count{controller,zone}``,
   ``karpenter_pods_scheduling_decision_duration_seconds``;
+* read when Prometheus scrapes, from the cluster state: ``karpenter_cluster_state_node_count`` (Nodes and launched
+  NodeClaims) and ``karpenter_cluster_state_synced`` (1 once every NodeClaim is launched, else 0);
 * read when Prometheus scrapes, from the instance types the cloud provider gives each NodePool:
   ``karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type,capacity_type,zone}``,
   ``karpenter_cloudprovider_instance_type_offering_available{instance_type,capacity_type,zone}``,
@@ -176,6 +178,8 @@ class KarpenterMetrics:
         self.instance_types: Callable[[], Iterable[Iterable[Any]]] | None = None
         self.reserved_capacity = True
         r.register(_InstanceTypeCollector(self))
+        self.cluster_state: Callable[[], tuple[int, bool]] | None = None  # (node count, synced), set by the operator
+        r.register(_ClusterStateCollector(self))
         self._zones: dict[str, list[str]] = {}  # controller -> zones its pending_by_zone series carry
 
     # --- helpers the controllers call -------------------------------------------------------------
@@ -219,6 +223,26 @@ class KarpenterMetrics:
     def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         """One sample's value (``name`` as exposed, e.g. ``..._total`` or ``..._count``), or None when absent."""
         return self.registry.get_sample_value(name, labels or {})
+
+
+class _ClusterStateCollector:
+    def __init__(self, metrics: KarpenterMetrics):
+        self.m = metrics
+
+    def describe(self) -> Iterable:
+        return []
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        if self.m.cluster_state is None:
+            return
+        count, synced = self.m.cluster_state()
+        yield GaugeMetricFamily("karpenter_cluster_state_node_count", "Current count of nodes in cluster state",
+                                value=float(count))
+        yield GaugeMetricFamily(
+            "karpenter_cluster_state_synced",
+            "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are "
+            "stored in the APIServer have the same representation as Karpenter's cluster state",
+            value=1.0 if synced else 0.0)
 
 
 class _InstanceTypeCollector:

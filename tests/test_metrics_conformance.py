@@ -714,3 +714,17 @@ def test_node_repair_counts_an_unhealthy_disrupted_nodeclaim_and_its_pods():
     assert _disrupted(h, "unhealthy") == 1
     assert value(h, "karpenter_pods_disruption_initiated_total", reason="unhealthy", nodepool="default",
                  capacity_type="on-demand", consolidation_policy="", termination_mode="graceful") == 1
+
+
+def test_cluster_state_node_count_and_synced():
+    """state/metrics.go: karpenter_cluster_state_node_count and karpenter_cluster_state_synced"""
+    h = Harness()
+    h.setup(_pool(consolidate_after="Never"))
+    for _ in range(2):
+        h.launch_node("default", instance_types=[SMALL])
+    m = h.karpenter.env.metrics
+    assert m.value("karpenter_cluster_state_node_count") == 2
+    assert m.value("karpenter_cluster_state_synced") == 1
+    h.create_one(h.nodeclaim(instance_types=[SMALL]))  # not launched yet
+    assert m.value("karpenter_cluster_state_synced") == 0
+    assert m.value("karpenter_cluster_state_node_count") == 2

@@ -61,6 +61,8 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
     # the cloudprovider gauges (karpy.metrics), read at scrape time through the disruption controller's cache
     env.metrics.reserved_capacity = env.settings.gate("ReservedCapacity")
     env.metrics.instance_types = lambda: [disruption.instance_types(name).values() for name in list(cluster.nodepools)]
+    env.metrics.cluster_state = lambda: (sum(1 for sn in list(cluster.nodes.values()) if sn.node is not None or sn.launched()),
+                                         cluster.synced())
     for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),
               Termination(env), NodeClaimDisruption(env), PodEvents(env), Expiration(env), Interruption(env),
               NodePoolStatus(env), GarbageCollection(env), disruption, disruption.orchestrator):
