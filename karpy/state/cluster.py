@@ -527,9 +527,10 @@ class Cluster:
             return
         key = (meta.get("namespace", "default"), str(ref.get("name")))
         cur = self.daemonset_pods.get(key)
-        if cur is not None and cur["metadata"].get("name") != meta.get("name") and \
-                (parse_time(meta.get("creationTimestamp")) or 0.0) < (parse_time(cur["metadata"].get("creationTimestamp")) or 0.0):
-            return
+        if cur is not None and cur["metadata"].get("name") != meta.get("name"):
+            born, newest = parse_time(meta.get("creationTimestamp")), parse_time(cur["metadata"].get("creationTimestamp"))
+            if (born or 0.0) < (newest or 0.0):
+                return
         self.daemonset_pods[key] = pod
         if cur is None or _daemon_shape(cur) != _daemon_shape(pod):
             self.daemonsets_version += 1
