@@ -23,7 +23,8 @@ any Kubernetes client) rely on:
   ``observedGeneration``, ``unhealthyPodEvictionPolicy``) and answers 429
   when a budget forbids it;
 * admission as the API server does it for pods: ``spec.priority`` from the
-  PriorityClass, ``spec.overhead`` from the RuntimeClass.
+  PriorityClass, ``spec.overhead`` from the RuntimeClass; and for
+  PersistentVolumeClaims: a claim naming no StorageClass gets the newest default one.
 
 Stored objects are never mutated: every write stores a new dict that shares
 unchanged subtrees with the old one. Readers get the stored objects and must
@@ -54,6 +55,8 @@ HISTORY = 20000  # watch events kept per kind for watches that resume from a res
 # kinds written in great numbers that are nobody's owner and take no generated name of another object's:
 # not indexed by uid, their names not reserved against generated ones (names stay unique per kind)
 UNINDEXED_KINDS = frozenset({"Event"})
+DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
+                             "storageclass.beta.kubernetes.io/is-default-class")
 PDB_MULTIPLE = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
 PDB_VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget."
 
@@ -371,6 +374,8 @@ class MemoryAPI:
             new.setdefault("apiVersion", BY_KIND[kind].api_version)
             if kind == "Pod":
                 new = self._admit_pod(new)
+            elif kind == "PersistentVolumeClaim":
+                new = self._admit_claim(new)
             store[(ns, name)] = new
             if kind not in UNINDEXED_KINDS:
                 self._by_uid[meta["uid"]] = (kind, ns, name)
@@ -700,6 +705,21 @@ class MemoryAPI:
         if self.pod_admission is not None:
             pod = self.pod_admission(pod)
         return pod
+
+    def _admit_claim(self, pvc: dict) -> dict:
+        """The DefaultStorageClass admission: a claim created without ``spec.storageClassName`` (absent, not "")
+        gets the default StorageClass's name; with several defaults, the newest (by creationTimestamp, then name)."""
+        spec = pvc.get("spec") or {}
+        if spec.get("storageClassName") is not None or \
+                "volume.beta.kubernetes.io/storage-class" in (_meta(pvc).get("annotations") or {}):
+            return pvc
+        defaults = [sc for sc in self._objects.get("StorageClass", {}).values()
+                    if any((_meta(sc).get("annotations") or {}).get(a) == "true" for a in DEFAULT_CLASS_ANNOTATIONS)]
+        if not defaults:
+            return pvc
+        newest = min(defaults, key=lambda sc: (-(parse_time(_meta(sc).get("creationTimestamp")) or 0.0),
+                                               str(_meta(sc).get("name") or "")))
+        return {**pvc, "spec": {**spec, "storageClassName": _meta(newest).get("name")}}
 
     # --- subresources --------------------------------------------------------------------------
     def bind(self, name: str, namespace: str, node: str) -> None:
