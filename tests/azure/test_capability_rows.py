@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from .test_provider import NODECLASS, provider  # noqa: F401 - the provider fixture on the fake ARM
 
 NO_ENCRYPTION = "Standard_D2_v2"  # upstream's fake SKU data: EncryptionAtHostSupported False
@@ -106,3 +108,32 @@ def test_before_kubernetes_1_30_nodes_use_the_in_tree_credential_provider(fake, 
     assert flags["--feature-gates"] == "DisableKubeletCloudCredentialProviders=false"
     assert "--image-credential-provider-config" not in flags and "--image-credential-provider-bin-dir" not in flags
     assert "azure-acr-credential-provider" not in data
+
+
+# --- CloudProvider Create Error Cases ---------------------------------------------------------------------------
+
+def _with_ready(status: str, message: str) -> dict:
+    nc = copy.deepcopy(NODECLASS)
+    nc["status"] = {"conditions": [{"type": "Ready", "status": status, "reason": "Testing", "message": message}]}
+    return nc
+
+
+def test_a_nodeclass_whose_readiness_is_unknown_refuses_to_launch(fake, provider):  # noqa: F811
+    """It("should return error when NodeClass readiness is Unknown"): Create fails with a create error saying the
+    NodeClass is in Ready=Unknown, and no VM or NIC is created; Ready=False is the not-ready error; Ready=True
+    launches."""
+    from karpy.cloudprovider.arm.provider import LaunchError
+    from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClassNotReadyError
+
+    from .test_provider import claim
+
+    provider.nodeclass["obj"] = _with_ready("Unknown", "images not resolved yet")
+    with pytest.raises(LaunchError, match="resolving NodeClass readiness, NodeClass is in Ready=Unknown") as e:
+        provider.create(claim())
+    assert not isinstance(e.value, InsufficientCapacityError)
+    provider.nodeclass["obj"] = _with_ready("False", "SubnetsReady=False")
+    with pytest.raises(NodeClassNotReadyError, match="SubnetsReady=False"):
+        provider.create(claim())
+    assert fake.calls("PUT", r"/virtualMachines/[^/]+$") == [] and fake.calls("PUT", r"/networkInterfaces/") == []
+    provider.nodeclass["obj"] = _with_ready("True", "")
+    assert provider.create(claim())["status"]["providerID"]

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from ...scheduling.requirements import Requirements
 from .. import azure as static
-from ..provider import CloudProviderError, InsufficientCapacityError, NodeClaimNotFoundError
+from ..provider import CloudProviderError, InsufficientCapacityError, NodeClaimNotFoundError, NodeClassNotReadyError
 from ..types import (
     CAPACITY_ON_DEMAND,
     CAPACITY_SPOT,
@@ -315,6 +315,13 @@ class AzureVMProvider:
         nc = self.lookup("AKSNodeClass", ref.get("name", ""))
         if nc is None:
             raise InsufficientCapacityError(f'resolving node class from nodeclaim, AKSNodeClass "{ref.get("name", "")}" not found')
+        # as upstream's Create: an AKSNodeClass reporting Ready=False is not ready, Ready=Unknown a create error
+        ready = next((c for c in (nc.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"), None)
+        if ready is not None and ready.get("status") == "False":
+            raise NodeClassNotReadyError(f'AKSNodeClass "{ref.get("name", "")}" is not ready: {ready.get("message") or ""}')
+        if ready is not None and ready.get("status") == "Unknown":
+            raise LaunchError("NodeClassReadinessUnknown", "resolving NodeClass readiness, NodeClass is in Ready=Unknown, "
+                              + (ready.get("message") or ""))
         reqs = Requirements.from_node_selector(spec.get("requirements") or ())
         # as upstream's launch: every requirement on a label the size carries must allow the size's value
         # (instance type, architecture, SKU family, ephemeral OS disk size, ...); zone, capacity type and placement
