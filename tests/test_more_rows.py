@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.harness import Harness, deleting, nodepool, pod
+from controllers.harness import Harness, deleting, nodepool, owner_ref, pod
 from test_world_conformance import _csinode, _nominated, _pvc, _running_node_for, _storage_class
 
 CSI = "fake.csi.provider"
@@ -88,3 +88,40 @@ def test_a_hundred_pods_sharing_one_claim_count_one_volume(h):
     _provision_all(h, *pods)
     assert len(h.nodeclaims()) == 1
     assert all(_nominated(h, p["metadata"]["name"]) == node for p in pods)
+
+
+# --- provisioning/suite_test.go Context("Daemonsets") -----------------------------------------------------------
+
+
+def _daemonset(h: Harness, cpu: str, memory: str, affinity: dict | None = None) -> dict:
+    tspec: dict = {"containers": [{"name": "a", "image": "r.example.com/agent:1",
+                                   "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+    if affinity:
+        tspec["affinity"] = affinity
+    return h.create_one({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
+                         "spec": {"selector": {"matchLabels": {"ds": "agent"}},
+                                  "template": {"metadata": {"labels": {"ds": "agent"}}, "spec": tspec}}})
+
+
+def _required(*exprs: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(exprs)}]}}}
+
+
+def test_a_daemonset_pods_per_node_name_affinity_is_replaced_by_the_daemonsets_own(h):
+    """provisioning/suite_test.go It("should remove daemonset node hostname affinity when considering daemonset
+    schedulability"): the NodePool labels its nodes foo=bar; the DaemonSet's template requires foo=bar and asks
+    4 CPUs and 4Gi; its pod (a LimitRange changed it) asks 2 CPUs and 2Gi and carries the metadata.name affinity
+    the DaemonSet controller gives each pod, naming another node. A 1-CPU pod selecting foo=bar gets an instance
+    type holding it and the pod's 2 CPUs: 4 CPUs, neither 8 (the template's requests) nor 2 (the DaemonSet left
+    out for the pod's node-name affinity)."""
+    h.setup(nodepool(labels={"foo": "bar"}))
+    ds = _daemonset(h, "4", "4Gi", _required({"key": "foo", "operator": "In", "values": ["bar"]}))
+    ds_pod = pod("agent-x", cpu="2", memory="2Gi", labels={"ds": "agent"}, owner=owner_ref(ds), unschedulable=True)
+    ds_pod["spec"]["affinity"] = _required({"key": "metadata.name", "operator": "In", "values": ["node-name"]})
+    h.create(ds_pod)
+    _provision_all(h, pod("app", cpu="1", memory="1Gi", unschedulable=True, node_selector={"foo": "bar"}))
+    (claim,) = h.nodeclaims()
+    launched = h.launch(claim["metadata"]["name"])
+    assert launched["metadata"]["labels"]["foo"] == "bar"
+    assert int(launched["metadata"]["labels"]["karpenter.kwok.sh/instance-cpu"]) == 4
