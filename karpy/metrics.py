@@ -7,7 +7,9 @@ serves this registry on ``/metrics`` beside the gauges it reads from the informe
 
 * ``karpenter_nodeclaims_disrupted_total`` and ``karpenter_pods_disruption_initiated_total``
   ``{reason,nodepool,capacity_type,consolidation_policy,termination_mode}``: a NodeClaim deleted by a
-  disruption command or by expiration, and the reschedulable pods it held (DaemonSet and mirror pods left out);
+  disruption command, expiration, node repair or garbage collection, and the reschedulable pods it held
+  (DaemonSet and mirror pods left out); a launch that failed or a registration that timed out counts the
+  NodeClaim only;
 * ``karpenter_voluntary_disruption_decisions_total{decision,reason,consolidation_type}``,
   ``karpenter_voluntary_disruption_decisions_by_nodepool_total{nodepool,decision,reason,consolidation_type}``,
   ``karpenter_voluntary_disruption_eligible_nodes{reason}``,
