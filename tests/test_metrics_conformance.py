@@ -728,3 +728,22 @@ def test_cluster_state_node_count_and_synced():
     h.create_one(h.nodeclaim(instance_types=[SMALL]))  # not launched yet
     assert m.value("karpenter_cluster_state_synced") == 0
     assert m.value("karpenter_cluster_state_node_count") == 2
+
+
+def test_a_nodepool_whose_instance_types_fail_leaves_the_others_prices():
+    """aws pkg/controllers/metrics: an error for one NodePool does not fail the scrape or suppress the series of the
+    others (each NodePool's NodeClass instance types)."""
+    h = Harness()
+    real = h.provider.get_instance_types
+
+    def failing(np, nodeclass):
+        if np["metadata"]["name"] == "broken":
+            raise RuntimeError("the cloud API is down")
+        return real(np, nodeclass)
+
+    h.provider.get_instance_types = failing
+    h.setup(_pool(), nodepool("broken", family=("s",)))
+    text = h.karpenter.env.metrics.text().decode()
+    assert f'karpenter_cloudprovider_instance_type_cpu_cores{{instance_type="{SMALL}"}} 4.0' in text
+    (rec,) = h.logs("getting instance types for metrics")
+    assert rec["NodePool"] == {"name": "broken"} and rec["error"] == "the cloud API is down"

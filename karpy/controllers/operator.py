@@ -60,7 +60,17 @@ def build(mgr: Manager, api: Any, clock: Any, cloud: Any, settings: Settings | N
     disruption = Disruption(env, provisioner)
     # the cloudprovider gauges (karpy.metrics), read at scrape time through the disruption controller's cache
     env.metrics.reserved_capacity = env.settings.gate("ReservedCapacity")
-    env.metrics.instance_types = lambda: [disruption.instance_types(name).values() for name in list(cluster.nodepools)]
+    def nodepool_instance_types() -> list:
+        out = []
+        for name in list(cluster.nodepools):
+            try:
+                out.append(list(disruption.instance_types(name).values()))
+            except Exception as e:  # noqa: BLE001 -- as upstream: one NodePool's error keeps the others' series
+                env.log.debug("getting instance types for metrics", controller="cloudprovider.metrics",
+                              NodePool={"name": name}, error=str(e))
+        return out
+
+    env.metrics.instance_types = nodepool_instance_types
     env.metrics.cluster_state = lambda: (sum(1 for sn in list(cluster.nodes.values()) if sn.node is not None or sn.launched()),
                                          cluster.synced())
     for c in (provisioner, PodTrigger(env, provisioner), NodeTrigger(env, provisioner), Lifecycle(env),
