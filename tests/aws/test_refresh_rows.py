@@ -261,3 +261,30 @@ def test_a_nan_price_does_not_poison_the_nodepool_totals():
     totals = nodepool_totals(build_candidates(snapshot, GRACEFUL, []), snapshot.nodes)["pool-nan"]
     assert not math.isnan(totals.total_cost) and totals.total_cost == pytest.approx(2 * 4.84)
     assert not math.isnan(score_move(4.84, 2.0, totals, 2).score)
+
+
+# --- local zones (aws pkg/providers/instancetype/suite_test.go) ---------------------------------------------------
+
+LOCAL_ZONE = "us-west-2-lax-1a"
+
+
+def test_instances_launch_in_a_local_zone(env, answers):
+    """It("should launch instances in local zones"): the EC2NodeClass's only subnet is in a Local Zone, which
+    DescribeInstanceTypeOfferings lists like any zone (moto has no Local Zones: the offerings and the subnet's zone
+    are the account's answer as EC2 gives it in an opted-in region); a NodeClaim requiring that zone launches there."""
+    p, nc, faults, account = env
+    answers.add_offerings = [("m7g.large", LOCAL_ZONE)]
+    p.types.update_offerings()
+    local = copy.deepcopy(nc)
+    subnet = local["status"]["subnets"][0]
+    local["status"]["subnets"] = [{**subnet, "zone": LOCAL_ZONE}]
+    p.lookup = lambda kind, name: local
+    (it,) = [t for t in p.get_instance_types(NODEPOOL, local) if t.name == "m7g.large"]
+    assert {o.zone for o in it.offerings if o.available} == {LOCAL_ZONE}
+    c = claim(types=("m7g.large",))
+    c["spec"]["requirements"].append({"key": "topology.kubernetes.io/zone", "operator": "In", "values": [LOCAL_ZONE]})
+    out = p.create(c)
+    assert out["metadata"]["labels"]["topology.kubernetes.io/zone"] == LOCAL_ZONE
+    (fleet,) = faults.calls["CreateFleet"]
+    overrides = [o for cfg in fleet["LaunchTemplateConfigs"] for o in cfg["Overrides"]]
+    assert overrides and all(o["AvailabilityZone"] == LOCAL_ZONE and o["SubnetId"] == subnet["id"] for o in overrides)
