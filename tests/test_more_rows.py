@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from karpy.controllers.termination import MIN_DRAIN_TIME
 from controllers.harness import Harness, deleting, nodepool, owner_ref, pod
 from test_world_conformance import _csinode, _nominated, _pvc, _running_node_for, _storage_class
 
@@ -125,3 +126,45 @@ def test_a_daemonset_pods_per_node_name_affinity_is_replaced_by_the_daemonsets_o
     launched = h.launch(claim["metadata"]["name"])
     assert launched["metadata"]["labels"]["foo"] == "bar"
     assert int(launched["metadata"]["labels"]["karpenter.kwok.sh/instance-cpu"]) == 4
+
+
+# --- node/termination/suite_test.go ------------------------------------------------------------------------------
+
+TERMINATION = "node.termination"
+RS_OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+
+
+def test_a_new_pod_of_a_drained_pods_name_is_not_evicted_on_its_account(h):
+    """termination/suite_test.go It("should not evict a new pod with the same name using the old pod's eviction
+    queue key"): a deleted node starts draining its pod test-pod (a PDB refuses the eviction, so it is left
+    pending), something else deletes the pod, the node is released. A new Node of the same name (not being
+    deleted) and a new pod named test-pod on it appear: with every controller running for ten minutes the new pod,
+    of another UID, is never evicted or deleted."""
+    h.setup(nodepool())
+    _, n = h.launch_node(instance_types=["c-8x-amd64-linux"])
+    name = n["metadata"]["name"]
+    h.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "hold", "namespace": "default"},
+              "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "hold"}}}})
+    h.patch("PodDisruptionBudget", "hold", {"status": {"observedGeneration": 1, "disruptionsAllowed": 0,
+                                                        "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}},
+            "default", subresource="status")
+    old = h.pod_on(name, name="test-pod", labels={"app": "hold"}, owner=RS_OWNER)
+    h.delete("Node", name)
+    assert h.reconcile(TERMINATION, name) is not None  # draining: the eviction is refused
+    assert not deleting(h.get("Pod", "test-pod", "default"))
+    h.api.delete("Pod", "test-pod", "default", grace_period_seconds=0)
+    h.tick(2 * MIN_DRAIN_TIME)
+    for _ in range(3):
+        h.reconcile(TERMINATION, name)
+    assert h.get("Node", name) is None
+
+    from controllers.harness import node as node_manifest
+    h.create(node_manifest(name))
+    h.api.patch("Node", name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
+    h.delete("PodDisruptionBudget", "hold", "default")
+    new = h.pod_on(name, name="test-pod", labels={"app": "hold"}, owner=RS_OWNER)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    h.run_for(600)
+    cur = h.get("Pod", "test-pod", "default")
+    assert cur is not None and cur["metadata"]["uid"] == new["metadata"]["uid"] and not deleting(cur)
+    assert [e for e in h.events("Evicted") if e["involvedObject"].get("uid") == new["metadata"]["uid"]] == []

@@ -353,7 +353,10 @@ class Lifecycle:
         if is_true(claim, "Registered") or pid:
             node = self._node_for(pid)
             if node is None and status.get("nodeName"):
+                # as upstream, a Node is the NodeClaim's only by provider ID: a later Node reusing the name is not
                 node = env.mgr.get("Node", status["nodeName"])
+                if node is not None and ((node.get("spec") or {}).get("providerID") or "") != (pid or ""):
+                    node = None
             if node is not None:
                 if not deleting(node):
                     env.api.delete("Node", node["metadata"]["name"])
