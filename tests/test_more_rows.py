@@ -11,6 +11,7 @@ import pytest
 
 from karpy.controllers.termination import MIN_DRAIN_TIME
 from controllers.harness import Harness, deleting, nodepool, owner_ref, pod
+from controllers.harness import node as node_manifest
 from test_world_conformance import _csinode, _nominated, _pvc, _running_node_for, _storage_class
 
 CSI = "fake.csi.provider"
@@ -158,7 +159,6 @@ def test_a_new_pod_of_a_drained_pods_name_is_not_evicted_on_its_account(h):
         h.reconcile(TERMINATION, name)
     assert h.get("Node", name) is None
 
-    from controllers.harness import node as node_manifest
     h.create(node_manifest(name))
     h.api.patch("Node", name, {"metadata": {"finalizers": ["karpenter.sh/termination"]}})
     h.delete("PodDisruptionBudget", "hold", "default")
