@@ -168,3 +168,27 @@ def test_a_new_pod_of_a_drained_pods_name_is_not_evicted_on_its_account(h):
     cur = h.get("Pod", "test-pod", "default")
     assert cur is not None and cur["metadata"]["uid"] == new["metadata"]["uid"] and not deleting(cur)
     assert [e for e in h.events("Evicted") if e["involvedObject"].get("uid") == new["metadata"]["uid"]] == []
+
+
+def test_ten_nodes_of_one_nodeclaim_deleted_together_are_all_released(h):
+    """termination/suite_test.go It("should not race if deleting nodes in parallel"): ten Nodes carry one
+    NodeClaim's provider ID and are all deleted; the termination controller reconciles each in turn, four rounds
+    (drain, volume detachment, instance termination and its check), the clock moving past the minimum drain time
+    after the first: every Node is gone. (``karpy controller`` runs one reconcile at a time, so the rounds are
+    interleaved rather than concurrent.)"""
+    h.setup(nodepool())
+    claim, first = h.launch_node(instance_types=["c-8x-amd64-linux"])
+    pid = claim["status"]["providerID"]
+    names = [first["metadata"]["name"]]
+    for i in range(9):
+        n = node_manifest(f"{names[0]}-{i}", provider_id=pid)
+        n["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+        names.append(h.create_one(n)["metadata"]["name"])
+    for name in names:
+        h.delete("Node", name)
+    for round_ in range(4):
+        for i, name in enumerate(names):
+            h.reconcile(TERMINATION, name)
+            if i == 0:
+                h.tick(2 * MIN_DRAIN_TIME)
+    assert [n for n in names if h.get("Node", n) is not None] == []
