@@ -384,7 +384,7 @@ def test_upstream_settings_karpy_lacks_are_named_on_the_deployment():
         "settings.preferencePolicy=Ignore: karpy always respects preferences",
         "settings.ignoreDRARequests=false: karpy always ignores DRA requests",
         "settings.disableClusterStateObservability=true: karpy always publishes cluster state metrics and events",
-        "settings.awsFeatureGates.nodeClassCEL=true: karpy does not implement it",
+        "settings.awsFeatureGates.nodeClassCEL=true: karpy's image lacks the CEL library (karpy[cel]), set AWS_FEATURE_GATES in controller.env on an image that has it",
         "logOutputPaths: karpy writes every log line to standard output",
     ]
     assert "karpy.dev/ignored-settings" not in (deployment(render())["metadata"].get("annotations") or {})

@@ -144,7 +144,7 @@ settings.ignoreDRARequests=false: karpy always ignores DRA requests
 settings.disableClusterStateObservability=true: karpy always publishes cluster state metrics and events
 {{- end }}
 {{- if (($s.awsFeatureGates).nodeClassCEL) }}
-settings.awsFeatureGates.nodeClassCEL=true: karpy does not implement it
+settings.awsFeatureGates.nodeClassCEL=true: karpy's image lacks the CEL library (karpy[cel]), set AWS_FEATURE_GATES in controller.env on an image that has it
 {{- end }}
 {{- if ne (toJson .Values.logOutputPaths) "[\"stdout\"]" }}
 logOutputPaths: karpy writes every log line to standard output
