@@ -175,9 +175,11 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
 def _exit_without_teardown() -> None:
     """Ends a ``karpy`` process that has written its result: the simulation's heap (millions of small objects)
     goes back to the operating system at once instead of being freed one object at a time (about a tenth of
-    the CPU of 20,000 pods). Only in the karpy process itself: under a test runner or with its standard output
-    redirected by a caller (click's CliRunner), it returns as usual."""
-    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__ or "pytest" in sys.modules:
+    the CPU of 20,000 pods). Only in the karpy process itself: under a test runner, a profiler or a tracer
+    (cProfile, coverage: they write their results at exit), or with its standard output redirected by a caller
+    (click's CliRunner), it returns as usual."""
+    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__ or "pytest" in sys.modules or \
+            sys.getprofile() is not None or sys.gettrace() is not None:
         return
     import os
 
