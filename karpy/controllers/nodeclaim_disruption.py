@@ -37,6 +37,10 @@ class NodeClaimDisruption:
     def __init__(self, env: Env):
         self.env = env
         self._types_found: dict[str, float] = {}  # NodeClaim UID -> when its instance type and offering were found
+        # NodeClaim name -> (NodePool, NodeClass, annotations, labels, drift reason): stored objects are never
+        # changed in place, so while the same four objects come back the reason is the same (drift is worked
+        # out again when the NodeClaim's labels or annotations, its NodePool or its NodeClass change)
+        self._drift: dict[str, tuple] = {}
 
     def setup(self, mgr) -> None:
         mgr.watch("NodeClaim", self._on_claim)
@@ -53,6 +57,7 @@ class NodeClaimDisruption:
 
     def _on_claim(self, etype: str, obj: dict, old: dict | None) -> None:
         if etype == DELETED:
+            self._drift.pop(obj["metadata"]["name"], None)
             return
         if old is not None and _inputs(old) == _inputs(obj):
             return  # only what this controller writes (or ignores) changed
@@ -92,7 +97,7 @@ class NodeClaimDisruption:
         status = dict(claim.get("status") or {})
         # drift
         nodeclass, _ = env.cluster.nodeclass_for(np)
-        reason = drift_reason(np, nodeclass, claim["metadata"].get("annotations") or {}, labels, memo=True)
+        reason = self._drift_reason(name, np, nodeclass, claim["metadata"].get("annotations") or {}, labels)
         if reason in (None, "NodeClassDrift") and \
                 now - (parse_time(claim["metadata"].get("creationTimestamp")) or now) > INSTANCE_TYPE_CHECK_AFTER and \
                 self._instance_type_not_found(claim, np, nodeclass, labels, now):
@@ -130,6 +135,14 @@ class NodeClaimDisruption:
         if status != (claim.get("status") or {}):
             env.api.patch("NodeClaim", name, {"status": status}, subresource="status")
         return requeue
+
+    def _drift_reason(self, name: str, np: dict, nodeclass: dict | None, annotations: dict, labels: dict) -> str | None:
+        hit = self._drift.get(name)
+        if hit is not None and hit[0] is np and hit[1] is nodeclass and hit[2] is annotations and hit[3] is labels:
+            return hit[4]
+        reason = drift_reason(np, nodeclass, annotations, labels, memo=True)
+        self._drift[name] = (np, nodeclass, annotations, labels, reason)
+        return reason
 
     def _instance_type_not_found(self, claim: dict, np: dict, nodeclass: dict | None, labels: dict, now: float) -> bool:
         """No instance-type label, or no instance type of the NodePool's with an offering in the NodeClaim's zone and
