@@ -288,3 +288,39 @@ def test_instances_launch_in_a_local_zone(env, answers):
     (fleet,) = faults.calls["CreateFleet"]
     overrides = [o for cfg in fleet["LaunchTemplateConfigs"] for o in cfg["Overrides"]]
     assert overrides and all(o["AvailabilityZone"] == LOCAL_ZONE and o["SubnetId"] == subnet["id"] for o in overrides)
+
+
+def _preview_overlay(validated: bool = True, **spec) -> dict:
+    return {"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "preview-price"},
+            "spec": {"price": "98.32", "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5e.48xlarge"]}], **spec},
+            "status": {"conditions": [{"type": "ValidationSucceeded", "status": "True" if validated else "False"}]}}
+
+
+def test_a_nodeoverlay_price_makes_an_unpriced_type_available(env):
+    """It("should mark offerings as available when a NodeOverlay defines a price for an unpriced instance type"):
+    with the NodeOverlay gate on, a validated NodeOverlay pricing p5e.48xlarge (listed by moto, priced by nothing)
+    gives its offerings that price, available. Not with the gate off, nor for an overlay not validated or with more
+    requirements than the instance type (upstream reads only those); a priced type keeps EC2's prices."""
+    p, nc, faults, account = env
+
+    def preview():
+        types = {it.name: it for it in p.get_instance_types(NODEPOOL, nc)}
+        return types["p5e.48xlarge"], types["m7g.large"]
+
+    p.overlays = lambda: [_preview_overlay()]
+    it, before = preview()
+    assert not any(o.available for o in it.offerings)  # the gate is off
+    p.gates = {**p.gates, "NodeOverlay": True}
+    it, priced = preview()
+    available = [o for o in it.offerings if o.available]
+    assert available and {o.price for o in available} == {98.32}
+    assert [(o.zone, o.capacity_type, o.price, o.available) for o in priced.offerings] == \
+        [(o.zone, o.capacity_type, o.price, o.available) for o in before.offerings]
+    for overlay in (_preview_overlay(validated=False),
+                    _preview_overlay(requirements=[
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5e.48xlarge"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}])):
+        p.overlays = lambda overlay=overlay: [overlay]
+        it, _ = preview()
+        assert not any(o.available for o in it.offerings)

@@ -568,6 +568,7 @@ def build_aws(settings: Any, api: Any, mgr: Any, clock: Any, recorder: Any, log:
     provider.reserved_capacity = bool(settings.feature_gates.get("ReservedCapacity", True))  # as upstream, on by default
     provider.gates = {**settings.feature_gates,  # AWS_FEATURE_GATES NodeClassCEL, or --feature-gates
                       "NodeClassCEL": aws.node_class_cel or bool(settings.feature_gates.get("NodeClassCEL"))}
+    provider.overlays = lambda: mgr.list("NodeOverlay")  # prices for unpriced types (gate NodeOverlay)
     controllers = [NodeClassController(mgr, api, resolver, clock, recorder, log, provider, aws.isolated_vpc),
                    InstanceGC(mgr, api, provider, log), LaunchTemplateGC(mgr, provider, log),
                    TaggingController(mgr, api, provider, aws.cluster_name, log),

@@ -12,8 +12,11 @@
   the NodeClaim allows only ``dedicated`` (label ``karpenter.k8s.aws/instance-tenancy``), as upstream.
 * **Get / List / Delete** through DescribeInstances (tags ``karpenter.sh/nodepool``,
   ``karpenter.k8s.aws/ec2nodeclass``, ``eks:eks-cluster-name``) and TerminateInstances.
-* **Drift**: AMI (the instance's image is no longer among the NodeClass's), subnet, security groups (when the
-  instance reports any); the static hash is judged by karpy's engine.
+* **Drift**: AMI (the NodeClaim's ``status.imageID`` is not the AMI a launch would choose now), subnet, security
+  groups (when the instance reports any); the static hash is judged by karpy's engine.
+* **NodeOverlay prices** (gate ``NodeOverlay``): an offering that has no price (a preview type neither the Pricing
+  API nor the spot history prices) takes the price of a validated NodeOverlay whose only requirement is
+  ``node.kubernetes.io/instance-type In [...]`` and becomes available, as upstream's offering resolver does.
 * Calls are batched (:mod:`.batcher`); launch templates unused for a minute are deleted
   (:meth:`EC2CloudProvider.collect_launch_templates`); capacity reservations give ``reserved`` offerings.
   The controllers are in :mod:`.controllers`.
@@ -31,6 +34,7 @@ from typing import Any, Callable
 from ...scheduling.requirements import Requirements
 from ..provider import CloudProviderError, InsufficientCapacityError, NodeClaimNotFoundError, NodeClassNotReadyError
 from ..types import (
+    CAPACITY_ON_DEMAND,
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL,
@@ -41,7 +45,7 @@ from ..types import (
 )
 from .. import aws as static
 from .. import kubelet_cel
-from .instancetypes import eni_limits
+from .instancetypes import eni_limits, supports_interfaces
 from .batcher import create_fleet_batcher, describe_instances_batcher, terminate_instances_batcher
 from .clients import ICE_CODES, LAUNCH_REASONS, error_code, error_message, is_not_found
 from .nodeclass import HASH_ANNOTATION, HASH_VERSION, HASH_VERSION_ANNOTATION, hash_annotations
@@ -155,6 +159,7 @@ class EC2CloudProvider:
         self.reservations: dict[str, int] = {}  # capacity reservation id -> free instances (the NodeClass status pass)
         self.reserved_capacity = True  # feature gate ReservedCapacity: off, reservations give no offering
         self.gates: dict[str, bool] = {}  # the feature gates that change instance types (NodeClassCEL)
+        self.overlays: Callable[[], list[dict]] = lambda: []  # the cluster's NodeOverlays (gate NodeOverlay)
         self.fleets = create_fleet_batcher(clients)
         self.describes = describe_instances_batcher(clients)
         self.terminations = terminate_instances_batcher(clients)
@@ -186,16 +191,66 @@ class EC2CloudProvider:
         nc = nodeclass or {}
         st = nc.get("status") or {}
         crs = st.get("capacityReservations") or []
+        overlay_prices = self.overlay_prices()
         key = (self.types.version, self.ice_key(), tuple(sorted((r["id"], self.reservation_left(r["id"])) for r in crs)),
-               digest([nc.get("spec"), st.get("amis"), st.get("subnets"), crs, (nc.get("metadata") or {}).get("name")]))
+               digest([nc.get("spec"), st.get("amis"), st.get("subnets"), crs, (nc.get("metadata") or {}).get("name")]),
+               tuple(sorted(overlay_prices.items())))
         now = self.now()
         with self._types_lock:  # concurrent callers wait for one computation
             hit = self._types_cache.get(key)
             if hit is not None and now - hit[0] < TYPES_TTL:
                 return hit[1]
-            out = self._with_reservations(self.types.list(nodeclass, self.unavailable, self.gates), crs)
+            out = self._with_reservations(self._overlay_priced(self.types.list(nodeclass, self.unavailable, self.gates),
+                                                               nc, overlay_prices), crs)
             self._types_cache = {k: v for k, v in self._types_cache.items() if now - v[0] < TYPES_TTL}
             self._types_cache[key] = (now, out)
+        return out
+
+    def overlay_prices(self) -> dict[str, float]:
+        """Instance type -> price of the validated NodeOverlays (gate NodeOverlay) that set a ``price`` with a single
+        ``node.kubernetes.io/instance-type In`` requirement: upstream's prices for types no price list covers."""
+        if not self.gates.get("NodeOverlay"):
+            return {}
+        out: dict[str, float] = {}
+        for ov in self.overlays() or ():
+            conds = (ov.get("status") or {}).get("conditions") or ()
+            if not any(c.get("type") == "ValidationSucceeded" and c.get("status") == "True" for c in conds):
+                continue
+            spec = ov.get("spec") or {}
+            reqs = spec.get("requirements") or []
+            if spec.get("price") is None or len(reqs) != 1 or reqs[0].get("key") != LABEL_INSTANCE_TYPE \
+                    or reqs[0].get("operator") != "In":
+                continue
+            try:
+                price = float(spec["price"])
+            except (TypeError, ValueError):
+                continue
+            for name in reqs[0].get("values") or ():
+                out[str(name)] = price
+        return out
+
+    def _overlay_priced(self, types: list[InstanceType], nc: dict, prices: dict[str, float]) -> list[InstanceType]:
+        """Offerings EC2 prices nowhere, of types a NodeOverlay prices: that price, available unless their capacity
+        is known unavailable or the type cannot take the NodeClass's network interfaces."""
+        if not prices:
+            return types
+        interfaces = (nc.get("spec") or {}).get("networkInterfaces")
+        out = []
+        for it in types:
+            price = prices.get(it.name)
+            info = self.types.infos.get(it.name)
+            if price is None or info is None or not supports_interfaces(info, interfaces):
+                out.append(it)
+                continue
+            unpriced = [o for o in it.offerings if not o.available and o.reservation_id is None and (
+                self.types.on_demand.get(it.name) if o.capacity_type == CAPACITY_ON_DEMAND
+                else self.types.spot_price(it.name, o.zone)) is None and not self.unavailable(it.name, o.zone, o.capacity_type)]
+            if not unpriced:
+                out.append(it)
+                continue
+            keys = {id(o) for o in unpriced}
+            out.append(dataclasses.replace(it, offerings=[dataclasses.replace(o, price=price, available=True)
+                                                          if id(o) in keys else o for o in it.offerings]))
         return out
 
     def reservation_left(self, rid: str) -> int:
