@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from karpy.cloudprovider.ec2.instancetypes import InstanceTypes, KubeletConfigError
 from karpy.controllers.termination import MIN_DRAIN_TIME
 from controllers.harness import Harness, deleting, nodepool, owner_ref, pod
 from controllers.harness import node as node_manifest
@@ -192,3 +193,47 @@ def test_ten_nodes_of_one_nodeclaim_deleted_together_are_all_released(h):
             if i == 0:
                 h.tick(2 * MIN_DRAIN_TIME)
     assert [n for n in names if h.get("Node", n) is not None] == []
+
+
+# --- aws instancetype/suite_test.go Context("Undecodable Kubelet Configuration") ----------------------------------
+# An EC2NodeClass read from the API server (``karpy controller``) is not checked against karpy's input schema:
+# a spec.kubelet field of the wrong JSON type reaches the instance type provider as it is.
+
+
+def _ec2_types() -> InstanceTypes:
+    """karpy's EC2 instance type provider holding one described type, m5.large in two zones (no AWS call made)."""
+    its = InstanceTypes(None, "us-west-2")
+    its.infos = {"m5.large": {"InstanceType": "m5.large", "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+                              "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192},
+                              "NetworkInfo": {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10}}}
+    its.zones = {"m5.large": {"us-west-2a", "us-west-2b"}}
+    return its
+
+
+def _ec2_nodeclass(kubelet: dict) -> dict:
+    return {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "kubelet": kubelet}}
+
+
+@pytest.mark.parametrize("kubelet, field", [({"clusterDNS": "10.0.0.10"}, "clusterDNS"),
+                                            ({"kubeReserved": ["cpu=1"]}, "kubeReserved"),
+                                            ({"podsPerCore": "2"}, "podsPerCore"),
+                                            ({"maxPods": 29, "cpuCFSQuota": "yes"}, "cpuCFSQuota")])
+def test_an_undecodable_kubelet_configuration_fails_the_instance_type_list(kubelet, field):
+    """It("should fail List rather than resolve instance types from defaults"): the list fails with an error
+    naming spec.kubelet and the field, and returns no instance types (none resolved from defaults)."""
+    out = None
+    with pytest.raises(KubeletConfigError, match=r"^parsing spec\.kubelet, ") as e:
+        out = _ec2_types().list(_ec2_nodeclass(kubelet))
+    assert out is None
+    assert f"{field}: " in str(e.value)
+
+
+def test_a_corrected_kubelet_configuration_resolves_instance_types_again():
+    """It("should resolve normally once the configuration is corrected"): the failure is not remembered; with
+    clusterDNS a list the same provider resolves m5.large."""
+    its = _ec2_types()
+    with pytest.raises(KubeletConfigError):
+        its.list(_ec2_nodeclass({"clusterDNS": "10.0.0.10"}))
+    out = its.list(_ec2_nodeclass({"clusterDNS": ["10.0.0.10"]}))
+    assert [t.name for t in out] == ["m5.large"] and out[0].offerings

@@ -594,7 +594,9 @@ def _check_node_overhead(kc: dict, path: str, ctx: Ctx) -> None:
                 return
 
 
-def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
+def _kubelet_type_errors(kc: dict) -> list[tuple[str, str]]:
+    """(field, message) for each known kubelet field whose JSON type Karpenter cannot decode."""
+    out = []
     for field, types in _KUBELET_TYPES.items():
         if field not in kc:
             continue
@@ -610,7 +612,25 @@ def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
                 (dict,): "map of string to string",
                 (int, str): "integer or expression string",
             }[types]
-            ctx.err(child(path, field), invalid(v, f"must be of type {want}"))
+            out.append((field, invalid(v, f"must be of type {want}")))
+    return out
+
+
+def ec2_kubelet_parse_error(kubelet: Any) -> str | None:
+    """Why an EC2NodeClass's ``spec.kubelet`` as stored cannot be decoded (upstream's ParseKubeletConfig fails, and
+    its instance type provider refuses to resolve types from defaults), or None. ``karpy simulate`` refuses such a
+    NodeClass on input; one read from an API server reaches the cloud provider as it is."""
+    if kubelet is None:
+        return None
+    if not isinstance(kubelet, dict):
+        return invalid(kubelet, "must be an object")
+    errs = _kubelet_type_errors(kubelet)
+    return "; ".join(f"{field}: {msg}" for field, msg in errs) or None
+
+
+def _check_ec2_kubelet(kc: dict, path: str, ctx: Ctx) -> None:
+    for field, msg in _kubelet_type_errors(kc):
+        ctx.err(child(path, field), msg)
     if "registerWithTaints" in kc:
         ctx.err(
             child(path, "registerWithTaints"),

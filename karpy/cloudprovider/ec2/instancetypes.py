@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ...api.nodeclass import ec2_kubelet_parse_error
 from ...resources import EPHEMERAL, MEMORY, PODS
 from .. import aws as static
+from ..kubelet_cel import KubeletExpressionError
 from ..types import CAPACITY_ON_DEMAND, CAPACITY_SPOT, LABEL_ARCH, LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_REGION, InstanceType, Offering
 
 REFRESH = 12 * 3600.0  # instance types, offerings and prices
@@ -137,6 +139,10 @@ def parse_price_list(items: list[str]) -> dict[str, float]:
                 if it and usd and 0 < float(usd) < math.inf:  # (NaN is not > 0)
                     out[it] = float(usd)
     return out
+
+
+class KubeletConfigError(KubeletExpressionError):
+    """An EC2NodeClass's spec.kubelet cannot be decoded: none of its instance types are resolved."""
 
 
 class InstanceTypes:
@@ -252,7 +258,11 @@ class InstanceTypes:
     def list(self, nodeclass: dict | None, unavailable: Callable[[str, str, str], bool] = lambda t, z, c: False,
              gates: dict[str, bool] | None = None, strict: bool = False) -> list[InstanceType]:
         """The NodeClass's instance types; KubeletExpressionError (gate NodeClassCEL) when one type's maxPods
-        expression cannot be resolved (``strict``: any kubelet expression, as the NodeClass validation): then none."""
+        expression cannot be resolved (``strict``: any kubelet expression, as the NodeClass validation): then none.
+        KubeletConfigError (one of them) when spec.kubelet cannot be decoded at all."""
+        bad = ec2_kubelet_parse_error(((nodeclass or {}).get("spec") or {}).get("kubelet"))
+        if bad is not None:  # as upstream: refused, not resolved from defaults the user never set
+            raise KubeletConfigError(f"parsing spec.kubelet, {bad}")
         status = (nodeclass or {}).get("status") or {}
         subnet_zones = {s["zone"] for s in status.get("subnets") or ()}
         ami_arches = {v for a in status.get("amis") or () for r in a.get("requirements") or ()
