@@ -61,6 +61,10 @@ class Offering:
     reservation_capacity: int | None = None  # a reserved offering's instances left in its reservation
     price_source: str = PRICE_FROM_CATALOG
     billed_price: float | None = None
+    # provider labels whose value varies by zone, as (key, values a node launched into this offering may carry)
+    # pairs; such a key is absent from its InstanceType's labels (Azure's sku-storage-ultra-ssd: "true" and
+    # "false" in a zone with UltraSSD, "false" elsewhere)
+    labels: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def bill(self) -> float:
@@ -75,7 +79,8 @@ class InstanceType:
     ``labels`` holds every single-valued label a node of this type carries
     (arch, os, instance-type and the provider's labels such as
     ``karpenter.azure.com/sku-cpu``); zone and capacity type come from
-    ``offerings``. ``capacity`` and ``overhead`` are integer resource units
+    ``offerings``, as do provider labels whose value varies by zone
+    (``Offering.labels``). ``capacity`` and ``overhead`` are integer resource units
     (see karpy.resources); allocatable = capacity - overhead.
     """
 
@@ -86,14 +91,20 @@ class InstanceType:
     offerings: list[Offering] = field(default_factory=list)
 
     def compatible_offerings(self, requirements) -> list[Offering]:
-        """Available offerings whose zone and capacity type the requirements allow.
+        """Available offerings whose zone, capacity type and labels the requirements allow.
 
         ``requirements`` is anything with ``get(key).has(value)``, such as
         :class:`karpy.scheduling.requirements.Requirements`.
         """
         zones = requirements.get(LABEL_ZONE)
         cts = requirements.get(LABEL_CAPACITY_TYPE)
-        return [o for o in self.offerings if o.available and zones.has(o.zone) and cts.has(o.capacity_type)]
+        return [o for o in self.offerings if o.available and zones.has(o.zone) and cts.has(o.capacity_type)
+                and (not o.labels or offering_labels_allowed(o, requirements))]
+
+    def offering_label_values(self, key: str) -> frozenset[str]:
+        """The values its available offerings give a label that varies by offering (none: the key is not such a
+        label)."""
+        return frozenset(v for o in self.offerings if o.available for k, vs in o.labels if k == key for v in vs)
 
     @property
     def allocatable(self) -> dict[str, int]:
@@ -101,3 +112,8 @@ class InstanceType:
         for k, v in self.overhead.items():
             out[k] = out.get(k, 0) - v
         return out
+
+
+def offering_labels_allowed(offering: Offering, requirements) -> bool:
+    """Whether ``requirements`` allow one of the values of each label the offering carries."""
+    return all(any(requirements.get(k).has(v) for v in vs) for k, vs in offering.labels)

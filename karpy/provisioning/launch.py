@@ -30,6 +30,7 @@ from ..cloudprovider.types import (
     LABEL_ZONE,
     InstanceType,
     Offering,
+    offering_labels_allowed,
 )
 from ..scheduling.requirements import Requirements
 
@@ -81,7 +82,8 @@ def launch_candidates(
         return v
 
     offers = [Candidate(it, o) for it in types for o in it.offerings
-              if o.available and ok(o) and not is_unavailable(it, o)]
+              if o.available and ok(o) and (not o.labels or offering_labels_allowed(o, requirements))
+              and not is_unavailable(it, o)]
     if not offers:
         return []
     cts = {c.offering.capacity_type for c in offers}

@@ -180,6 +180,9 @@ class _TemplateState:
         self.label_keys = set()
         for it in self.types:
             self.label_keys.update(it.labels)
+        # per type, the labels its offerings carry (a value varying by zone); none for most catalogs
+        self.offer_keys = [frozenset(k for o in it.offerings for k, _ in o.labels) for it in self.types]
+        self.offering_keys = tuple(sorted(frozenset().union(*self.offer_keys)))
         self._label_masks: dict[tuple, np.ndarray] = {}
         self._prices: dict[tuple, np.ndarray] = {}
         # DaemonSet overhead per instance type: a daemon counts on the types it can run on
@@ -231,6 +234,8 @@ class _TemplateState:
     def prices(self, reqs: Requirements) -> np.ndarray:
         """Per type, the cheapest available offering the zone and capacity-type requirements allow (inf if none)."""
         sig = (reqs.get(LABEL_ZONE).signature(), reqs.get(LABEL_CAPACITY_TYPE).signature())
+        if self.offering_keys:
+            sig += tuple(reqs.get(k).signature() for k in self.offering_keys)
         p = self._prices.get(sig)
         if p is None:
             p = np.array(
@@ -250,6 +255,8 @@ class _TemplateState:
             for i, it in enumerate(self.types):
                 for r in relevant:
                     v = it.labels.get(r.key)
+                    if v is None and r.key in self.offer_keys[i]:
+                        continue  # its offerings carry the label: offering_mask decides
                     if (v is None and not r.allows_absent()) or (v is not None and not r.has(v)):
                         m[i] = False
                         break
@@ -824,6 +831,8 @@ class Scheduler:
                 u.update(o.zone for it in ts.types for o in it.offerings if o.available and r.has(o.zone))
             elif key == LABEL_CAPACITY_TYPE:
                 u.update(o.capacity_type for it in ts.types for o in it.offerings if o.available and r.has(o.capacity_type))
+            elif key in ts.offering_keys:
+                u.update(v for it in ts.types for v in _label_values(it, key) if r.has(v))
             elif key in ts.label_keys:
                 u.update(it.labels[key] for it in ts.types if key in it.labels and r.has(it.labels[key]))
             elif not r.complement:
@@ -1626,6 +1635,8 @@ class Scheduler:
             elif key == LABEL_CAPACITY_TYPE:
                 zr = both.get(LABEL_ZONE)
                 out.update(o.capacity_type for it in types for o in it.offerings if o.available and r.has(o.capacity_type) and zr.has(o.zone))
+            elif key in ts.offering_keys:
+                out.update(v for it in types for v in _label_values(it, key) if r.has(v))
             elif key in ts.label_keys:
                 out.update(it.labels[key] for it in types if key in it.labels and r.has(it.labels[key]))
             elif not r.complement:
@@ -1879,6 +1890,12 @@ def _ports_conflict(a: Iterable[tuple[str, int, str]], b: Iterable[tuple[str, in
     return False
 
 
+def _label_values(it: InstanceType, key: str) -> frozenset[str]:
+    """The values a label takes on the type: its own, else those its available offerings give it."""
+    v = it.labels.get(key)
+    return frozenset((v,)) if v is not None else it.offering_label_values(key)
+
+
 def _has_min_values(req: Requirements) -> bool:
     return any(r.min_values is not None for r in req)
 
@@ -1894,6 +1911,8 @@ def _min_values_counts(req: Requirements, ts: _TemplateState, idx: np.ndarray) -
             values = {o.zone for i in idx for o in ts.types[int(i)].offerings if o.available and r.has(o.zone)}
         elif r.key == LABEL_CAPACITY_TYPE:
             values = {o.capacity_type for i in idx for o in ts.types[int(i)].offerings if o.available}
+        elif r.key in ts.offering_keys:
+            values = {v for i in idx for v in _label_values(ts.types[int(i)], r.key)}
         else:
             values = {ts.types[int(i)].labels[r.key] for i in idx if r.key in ts.types[int(i)].labels}
         yield r, len({v for v in values if r.has(v)})

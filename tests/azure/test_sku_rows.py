@@ -75,10 +75,40 @@ def test_a_spot_nodepool_schedules_onto_sizes_that_are_low_priority_capable_only
 # --- L2786 "should propagate UltraSSD values from available offerings" -------------------------------------------
 # Upstream gives each offering the UltraSSD values of its zone ("true" and "false" where the zone has UltraSSD,
 # "false" elsewhere; the regional offering: the SKU's own capability) and the instance type the union over its
-# available offerings. karpy's instance types carry one value per label, "true" only where every zone the size
-# is offered in has UltraSSD: what a user sees differently is stated here, and marked as a departure.
-_ONE_VALUE = ("karpy's instance types carry one sku-storage-ultra-ssd value (true only where every zone has "
-              "UltraSSD); upstream's requirement is the union of its available offerings' values")
+# available offerings. karpy carries a size's sku-storage-ultra-ssd on its offerings when it varies, and its
+# scheduler and launch read the values of the offerings a NodeClaim may still land on.
+
+
+def ultra_values(it) -> dict[tuple[str, str], set[str]]:
+    """(zone, capacity type) -> the sku-storage-ultra-ssd values of each available offering of ``it`` (the size's
+    own label where its offerings carry none)."""
+    own = {it.labels[ULTRA]} if ULTRA in it.labels else set()
+    return {(o.zone, o.capacity_type): {v for k, vs in o.labels if k == ULTRA for v in vs} or own
+            for o in it.offerings if o.available}
+
+
+def test_an_instance_types_ultra_ssd_values_are_those_of_its_available_offerings(fake, provider):
+    """The It body: for every instance type, its values are the union of its available offerings' values. With
+    UltraSSD in zone 1 of Standard_D4pls_v6, its eastus-1 offerings hold "true" and "false", the others "false";
+    once the eastus-1 offerings are out of capacity the size holds "false" only, and a pod asking for UltraSSD is
+    not launched on it, while it still is while zone 1 is on sale."""
+    ultra_ssd_in(fake, provider, "Standard_D4pls_v6", "1")
+    np = nodepool(req(INSTANCE_TYPE, "Standard_D4pls_v6"), req(CAPACITY_TYPE, "on-demand"))
+    types = types_for(provider, nodepool())
+    for it in types.values():
+        union = set().union(*ultra_values(it).values())
+        assert union == (set(it.offering_label_values(ULTRA)) or {it.labels[ULTRA]}), it.name
+    d4 = ultra_values(types["Standard_D4pls_v6"])
+    assert {k: v for k, v in d4.items() if k[0] == "eastus-1"} == {
+        ("eastus-1", "on-demand"): {"true", "false"}, ("eastus-1", "spot"): {"true", "false"}}
+    assert all(v == {"false"} for k, v in d4.items() if k[0] != "eastus-1")
+    assert set(types["Standard_D2pls_v6"].offering_label_values(ULTRA)) == set()
+    assert types["Standard_D2pls_v6"].labels[ULTRA] == "false"
+    for ct in ("on-demand", "spot"):
+        provider.mark_unavailable("Standard_D4pls_v6", "eastus-1", ct)
+    assert types_for(provider, np)["Standard_D4pls_v6"].offering_label_values(ULTRA) == {"false"}
+    results, created = provision(provider, np, [pod("p", cpu="1", node_selector={ULTRA: "true"})])
+    assert results.errors and created == [] and vm_puts(fake) == []
 
 
 def test_a_size_without_ultra_ssd_anywhere_offers_false_only(fake, provider):
@@ -92,7 +122,6 @@ def test_a_size_without_ultra_ssd_anywhere_offers_false_only(fake, provider):
     assert not results.errors and out["metadata"]["labels"][ULTRA] == "false"
 
 
-@pytest.mark.xfail(strict=True, reason=_ONE_VALUE)
 def test_a_pod_asking_for_ultra_ssd_lands_in_the_zone_of_a_size_that_has_it(fake, provider):
     """UltraSSD in zone 1 only: upstream's offering in eastus-1 says "true" (and "false"), so the size's
     requirement holds "true" and a pod asking for UltraSSD is launched there, in eastus-1."""
@@ -103,7 +132,6 @@ def test_a_pod_asking_for_ultra_ssd_lands_in_the_zone_of_a_size_that_has_it(fake
     assert created[0]["metadata"]["labels"][ZONE] == "eastus-1"
 
 
-@pytest.mark.xfail(strict=True, reason=_ONE_VALUE)
 def test_a_pod_asking_for_no_ultra_ssd_lands_on_a_size_that_has_it_in_every_zone(fake, provider):
     """UltraSSD in every zone: upstream's offerings all hold "false" as well, so a pod asking for
     sku-storage-ultra-ssd=false still gets the size."""

@@ -97,14 +97,16 @@ def test_every_sku_carries_the_well_known_requirements():
     assert len(types) == 5
     for it in types.values():
         for key in ("kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/instance-type",
-                    "karpenter.azure.com/sku-name", PREMIUM, ACCEL, ULTRA, HYPERV):
+                    "karpenter.azure.com/sku-name", PREMIUM, ACCEL, HYPERV):
             assert key in it.labels, (it.name, key)
+        # UltraSSD: the size's own label, or its offerings' where the value varies by zone
+        assert ULTRA in it.labels or it.offering_label_values(ULTRA), it.name
     # values derived as upstream derives them
     assert types["Standard_NC24ads_A100_v4"].labels[EPHEMERAL] == "274"  # CachedDiskBytes in GB: NVMe is not a placement
     assert types["Standard_D16ds_v6"].labels[EPHEMERAL] == "959"  # 915527 MiB of NVMe disk, in GB
     assert types["Standard_E4ds_v5"].labels[EPHEMERAL] == "429"  # 400 GiB resource disk, in GB
     assert EPHEMERAL not in types["Standard_D2s_v5"].labels  # EphemeralOSDiskSupported False: the label does not exist
-    assert types["Standard_NC24ads_A100_v4"].labels[ULTRA] == "true"
+    assert types["Standard_NC24ads_A100_v4"].offering_label_values(ULTRA) == {"true", "false"}
     assert types["Standard_D2s_v5"].labels[ULTRA] == "false"
     assert types["Standard_NC24ads_A100_v4"].labels[HYPERV] == "2"
     assert types["Standard_E4ds_v5"].labels[HYPERV] == "1"
@@ -115,14 +117,22 @@ def test_every_sku_carries_the_well_known_requirements():
 
 
 def test_ultra_ssd_needs_every_zone_it_is_offered_in():
-    """UltraSSD in zone 1 only: a node in zone 2 would not have it, so the size does not claim it."""
+    """UltraSSD in zone 1 only: a node in zone 2 would not have it, so only the zone-1 offerings offer "true"
+    (with "false"); the others, and the regional one of a SKU without the capability itself, offer "false"."""
     partial = with_caps(sku("Standard_D8s_v5", 8, 32), zone_ultra=("1",))
     regional = with_caps(sku("Standard_D4s_v5", 4, 16), UltraSSDAvailable="True")
     regional["locationInfo"][0]["zones"] = []
     types = types_of([partial, regional])
-    assert types["Standard_D8s_v5"].labels[ULTRA] == "false"
+
+    def values(it) -> dict[str, set[str]]:
+        return {o.zone: {v for k, vs in o.labels if k == ULTRA for v in vs} for o in it.offerings}
+
+    d8 = values(types["Standard_D8s_v5"])
+    assert ULTRA not in types["Standard_D8s_v5"].labels
+    assert {z: v for z, v in d8.items() if v != {"false"}} == {"eastus-1": {"true", "false"}}
     assert {o.zone for o in types["Standard_D4s_v5"].offerings} == {"0"}
-    assert types["Standard_D4s_v5"].labels[ULTRA] == "true"  # a SKU without zones: the SKU's own capability
+    # a SKU without zones: the SKU's own capability
+    assert values(types["Standard_D4s_v5"]) == {"0": {"true", "false"}}
 
 
 # --- GPU sizes per image family (upstream's "Filtering GPU SKUs AzureLinux") -------------------------------------

@@ -335,6 +335,7 @@ class AzureVMProvider:
             raise LaunchError("InstanceTypeResolutionFailed", f"resolving instance types, {error_message(e)}") from None
         return nc, reqs, [it for it in offered if reqs.get(LABEL_INSTANCE_TYPE).has(it.name)
                           and all(reqs.get(k).has(it.labels[k]) if k in it.labels else
+                                  bool(it.offering_label_values(k)) or  # the offerings' label: launch checks it
                                   not k.startswith(_SKU_LABEL_PREFIX) or reqs.get(k).allows_absent() for k in keys)]
 
     def cheapest_launch(self, reqs: Requirements, types: list[InstanceType]) -> tuple[InstanceType, Offering]:

@@ -19,10 +19,10 @@ NVMe disk where ``SupportedEphemeralOSDiskPlacements`` names NvmeDisk, else ``Ca
 ``MaxResourceVolumeMB``; absent when ``EphemeralOSDiskSupported`` is not True or every size is 0),
 ``sku-storage-ultra-ssd`` (``UltraSSDAvailable``: per zone in ``locationInfo.zoneDetails``, the SKU's own
 capability for a SKU without zones), ``sku-hyperv-generation`` and ``kubernetes.azure.com/cluster`` (the node
-resource group, as upstream normalises it for a label). karpy's instance types carry one value per label, where
-upstream's requirements can carry several: ``sku-storage-ultra-ssd`` is "true" when every zone the SKU is offered
-in has UltraSSD, and ``sku-hyperv-generation`` is the generation karpy launches the size with (2 where Gen2 is
-supported, else 1). GPU sizes follow upstream's registry of supported GPU sizes (:data:`GPU_SIZES`): a SKU with
+resource group, as upstream normalises it for a label). ``sku-storage-ultra-ssd`` varies by zone, so a size with
+UltraSSD somewhere carries it on its offerings, as upstream does ("true" and "false" where the offering's zone has
+UltraSSD, "false" elsewhere); a size without it anywhere carries "false". ``sku-hyperv-generation`` is the
+generation karpy launches the size with (2 where Gen2 is supported, else 1). GPU sizes follow upstream's registry of supported GPU sizes (:data:`GPU_SIZES`): a SKU with
 GPUs that the registry does not list is not offered, and one the registry does not support on the
 AKSNodeClass's image family (AzureLinux) is left out for it.
 """
@@ -94,6 +94,9 @@ def cluster_label(node_resource_group: str) -> str:
     return v
 
 
+ULTRA_SSD_VALUES = {True: ("true", "false"), False: ("false",)}  # an offering's sku-storage-ultra-ssd values
+
+
 @dataclass
 class SkuInfo:
     name: str
@@ -107,6 +110,9 @@ class SkuInfo:
     hyperv: tuple[str, ...]
     accelerated_networking: bool
     ultra_ssd: bool = False  # UltraSSD in every zone the SKU is offered in (regional: the SKU's capability)
+    # the offering zones ("<location>-<n>", "0" for regional) with UltraSSD: a zone's zoneDetails, the regional
+    # offering the SKU's own capability
+    ultra_ssd_zones: frozenset[str] = frozenset()
     hyperv_label: str = ""  # the sku-hyperv-generation label: "2", "1", or "" when HyperVGenerations names neither
     gpus: int = 0  # the GPUs capability
     encryption_at_host: bool = False  # the EncryptionAtHostSupported capability is True
@@ -188,6 +194,9 @@ def sku_info(sku: dict, location: str) -> SkuInfo | None:
         ultra = all(_true(_zone_caps(sku, z).get("UltraSSDAvailable")) for z in zones)
     else:
         ultra = _true(caps.get("UltraSSDAvailable"))
+    ultra_zones = {f"{location}-{z}" for z in zones if _true(_zone_caps(sku, z).get("UltraSSDAvailable"))}
+    if _true(caps.get("UltraSSDAvailable")):
+        ultra_zones.add(static.REGIONAL_ZONE)
     gens = caps.get("HyperVGenerations", "")
     hyperv_label = "2" if "V2" in gens.upper() else "1" if "V1" in gens.upper() else ""
     return SkuInfo(
@@ -197,6 +206,7 @@ def sku_info(sku: dict, location: str) -> SkuInfo | None:
         spot=caps.get("LowPriorityCapable") == "True", ephemeral_max_gb=eph, ephemeral_placement=placement,
         hyperv=tuple(v.strip() for v in caps.get("HyperVGenerations", "V1").split(",") if v.strip()),
         accelerated_networking=_true(caps.get("AcceleratedNetworkingEnabled")), ultra_ssd=ultra,
+        ultra_ssd_zones=frozenset(ultra_zones),
         hyperv_label=hyperv_label, gpus=_int(caps, "GPUs"),
         encryption_at_host=_true(caps.get("EncryptionAtHostSupported")))
 
@@ -313,7 +323,14 @@ class InstanceTypes:
             zones = info.zones if info.zones == [static.REGIONAL_ZONE] else [*info.zones, static.REGIONAL_ZONE]
             it = static.provider._instance_type(size, self.location, zones, prices, params, os_sku)
             labels = dict(it.labels)
-            labels[static.LABEL_SKU_ULTRA_SSD] = "true" if info.ultra_ssd else "false"
+            if info.ultra_ssd_zones:
+                # as upstream's offerings: "true" and "false" in a zone with UltraSSD, "false" elsewhere; the size's
+                # value is that of the offering a node launches into, so the label is the offerings'
+                labels.pop(static.LABEL_SKU_ULTRA_SSD, None)
+                it = replace(it, offerings=[replace(o, labels=((static.LABEL_SKU_ULTRA_SSD, ULTRA_SSD_VALUES[
+                    o.zone in info.ultra_ssd_zones]),)) for o in it.offerings])
+            else:
+                labels[static.LABEL_SKU_ULTRA_SSD] = "false"
             if info.ephemeral_max_gb > 0:
                 labels[static.LABEL_SKU_EPHEMERAL_OS_MAX] = str(info.ephemeral_max_gb)
             if info.hyperv_label:
