@@ -11,6 +11,8 @@ import pytest
 
 from karpy.cloudprovider.ec2.instancetypes import InstanceTypes, KubeletConfigError
 from karpy.controllers.termination import MIN_DRAIN_TIME
+from karpy.disruption.methods import DisruptionEngine
+from disruption_helpers import Cluster, dpod
 from controllers.harness import Harness, deleting, nodepool, owner_ref, pod
 from controllers.harness import node as node_manifest
 from test_world_conformance import _csinode, _nominated, _pvc, _running_node_for, _storage_class
@@ -237,3 +239,47 @@ def test_a_corrected_kubelet_configuration_resolves_instance_types_again():
         its.list(_ec2_nodeclass({"clusterDNS": "10.0.0.10"}))
     out = its.list(_ec2_nodeclass({"clusterDNS": ["10.0.0.10"]}))
     assert [t.name for t in out] == ["m5.large"] and out[0].offerings
+
+
+# --- disruption/suite_test.go Describe("Metrics") -----------------------------------------------------------------
+
+
+def _three_underused_nodes() -> Cluster:
+    """Three 8-CPU nodes holding one, one and two half-CPU pods: one smaller node could hold all four."""
+    c = Cluster()
+    c.nodepool("default", budgets=[{"nodes": "100%"}])
+    for i, n in enumerate((1, 1, 2)):
+        c.node(f"node-{i}", itype="std-8", pods=[dpod(cpu="500m") for _ in range(n)])
+    return c
+
+
+def test_multi_node_consolidation_past_its_deadline_stops_with_no_command():
+    """disruption/suite_test.go It("should stop multi-node consolidation after context deadline is reached"): the
+    deadline has passed before the search starts (as upstream's test, a timeout in the past); multi-node
+    consolidation gives up with no command and counts one multi-node timeout, and with single-node consolidation
+    past its deadline too the pass disrupts nothing. With time left the same cluster is consolidated."""
+    c = _three_underused_nodes()
+    cmd, _ = DisruptionEngine(clock=lambda: c.now)._multi(c.snapshot(), [])
+    assert cmd is not None and len(cmd.candidates) == 3
+    engine = DisruptionEngine(clock=lambda: c.now)
+    engine.multi_node_timeout = engine.single_node_timeout = -60.0
+    cmd, _ = engine._multi(c.snapshot(), [])
+    assert cmd is None and engine.timeouts == {"multi": 1}
+    assert engine.step(c.snapshot()).command is None
+
+
+def test_multi_node_consolidation_running_out_of_time_keeps_the_batch_it_found():
+    """Upstream returns the last batch its binary search found consolidatable when the deadline passes midway: with
+    a clock that moves 40 s per look the search stops after its first probe (two nodes, consolidatable) and keeps
+    those two, not the three a full search finds."""
+    c = _three_underused_nodes()
+    t = [c.now]
+
+    def clock() -> float:
+        t[0] += 40.0
+        return t[0]
+
+    engine = DisruptionEngine(clock=clock)
+    cmd, _ = engine._multi(c.snapshot(), [])
+    assert engine.timeouts == {"multi": 1}
+    assert cmd is not None and len(cmd.candidates) == 2

@@ -178,7 +178,8 @@ class Disruption:
         """karpenter_voluntary_disruption_consolidation_timeouts_total, and upstream's log line."""
         for ctype, n in self.engine.timeouts.items():
             self.env.metrics.consolidation_timeouts.labels(ctype).inc(n)
-            self.env.log.debug("abandoning single-node consolidation due to timeout", controller=self.name)
+            self.env.log.debug("abandoning single-node consolidation due to timeout" if ctype == "single" else
+                               "stopping multi-node consolidation after timeout", controller=self.name)
         self.engine.timeouts.clear()
 
     def _eligible(self, counts: dict[str, int]) -> None:

@@ -59,6 +59,9 @@ FORCED_RECHECK = 300.0  # a method that found nothing is retried after this long
 # upstream's SingleNodeConsolidationTimeoutDuration: a single-node pass running longer (on the engine's clock) is
 # abandoned, and the NodePools it did not reach go first next time
 SINGLE_NODE_TIMEOUT = 180.0
+# upstream's MultiNodeConsolidationTimeoutDuration: a multi-node binary search running longer (on the engine's clock)
+# stops and keeps the largest batch it had found consolidatable, if any
+MULTI_NODE_TIMEOUT = 60.0
 
 
 @dataclass(eq=False)
@@ -346,6 +349,7 @@ class DisruptionEngine:
         # stands still during a pass, so there it never does either)
         self.clock = clock
         self.single_node_timeout = SINGLE_NODE_TIMEOUT
+        self.multi_node_timeout = MULTI_NODE_TIMEOUT
         self.unseen_nodepools: set[str] = set()  # NodePools a timed-out single-node pass did not reach
         self.timeouts: dict[str, int] = {}  # consolidation type -> timeouts not yet counted in the metrics
         # method -> (state version, time) of its last no-op that budgets did not constrain
@@ -599,7 +603,11 @@ class DisruptionEngine:
         lo, hi = 1, (len(disruptable) - 1 if len(disruptable) <= max_parallel else max_parallel)
         best: Command | None = None
         best_scores: dict | None = None
+        deadline = None if self.clock is None else self.clock() + self.multi_node_timeout
         while lo <= hi:
+            if deadline is not None and self.clock() > deadline:  # as upstream: the last batch found stands
+                self.timeouts["multi"] = self.timeouts.get("multi", 0) + 1
+                break
             mid = (lo + hi) // 2
             batch = disruptable[: mid + 1]
             cmd = self.compute_consolidation(snapshot, batch, None, "multi")
