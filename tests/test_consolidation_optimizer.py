@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from disruption_helpers import Cluster, dpod
 from karpy.cli import main
 from karpy.controller.settings import SettingsError, parse_feature_gates
-from karpy.disruption import highs
+from karpy.disruption import highs, optimizer
+from karpy.disruption.candidates import build_candidates
+from karpy.disruption.methods import simulate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "feature-gates" / "consolidation-optimizer"
 GATE = "ConsolidationOptimizer"
@@ -124,21 +127,16 @@ def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, m
 
 # --- the engine's view: realization and the local search (karpy/disruption/optimizer.py) ---------------------
 
-def _engine_cluster():
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from disruption_helpers import Cluster, dpod
-    return Cluster(feature_gates={GATE: True}), dpod
+def _engine_cluster() -> Cluster:
+    return Cluster(feature_gates={GATE: True})
 
 
 def _cands(snap):
-    from karpy.disruption.candidates import build_candidates
     return {c.name: c for c in build_candidates(snap, "graceful", [])}
 
 
 def test_a_plan_is_taken_only_when_the_evicted_pods_fit_its_replacements_as_the_cluster_binds_them():
-    from karpy.disruption import optimizer
-    from karpy.disruption.methods import simulate
-    c, dpod = _engine_cluster()
+    c = _engine_cluster()
     c.nodepool()
     c.node("big", "std-8", [dpod("a", cpu="3"), dpod("b", cpu="3")])  # neither node has room for the other's pods
     c.node("small", "std-4", [dpod("c", cpu="3")])
@@ -155,8 +153,7 @@ def test_a_plan_is_taken_only_when_the_evicted_pods_fit_its_replacements_as_the_
 
 
 def test_the_local_search_keeps_within_the_budget_and_takes_the_best_saving():
-    from karpy.disruption import optimizer
-    c, dpod = _engine_cluster()
+    c = _engine_cluster()
     c.nodepool()
     for name, cpu in (("n1", "1"), ("n2", "6"), ("n3", "7"), ("n4", "2")):
         c.node(name, "std-8", [dpod(f"{name}-p", cpu=cpu)])
