@@ -109,7 +109,6 @@ class SkuInfo:
     ephemeral_placement: str  # NvmeDisk | CacheDisk | ResourceDisk | ""
     hyperv: tuple[str, ...]
     accelerated_networking: bool
-    ultra_ssd: bool = False  # UltraSSD in every zone the SKU is offered in (regional: the SKU's capability)
     # the offering zones ("<location>-<n>", "0" for regional) with UltraSSD: a zone's zoneDetails, the regional
     # offering the SKU's own capability
     ultra_ssd_zones: frozenset[str] = frozenset()
@@ -190,10 +189,6 @@ def sku_info(sku: dict, location: str) -> SkuInfo | None:
             placement, eph = "CacheDisk", cache // 10**9
         elif resource > 0:
             placement, eph = "ResourceDisk", resource * 2**20 // 10**9
-    if zones:
-        ultra = all(_true(_zone_caps(sku, z).get("UltraSSDAvailable")) for z in zones)
-    else:
-        ultra = _true(caps.get("UltraSSDAvailable"))
     ultra_zones = {f"{location}-{z}" for z in zones if _true(_zone_caps(sku, z).get("UltraSSDAvailable"))}
     if _true(caps.get("UltraSSDAvailable")):
         ultra_zones.add(static.REGIONAL_ZONE)
@@ -205,7 +200,7 @@ def sku_info(sku: dict, location: str) -> SkuInfo | None:
         zones=[f"{location}-{z}" for z in sorted(zones)] or [static.REGIONAL_ZONE],
         spot=caps.get("LowPriorityCapable") == "True", ephemeral_max_gb=eph, ephemeral_placement=placement,
         hyperv=tuple(v.strip() for v in caps.get("HyperVGenerations", "V1").split(",") if v.strip()),
-        accelerated_networking=_true(caps.get("AcceleratedNetworkingEnabled")), ultra_ssd=ultra,
+        accelerated_networking=_true(caps.get("AcceleratedNetworkingEnabled")),
         ultra_ssd_zones=frozenset(ultra_zones),
         hyperv_label=hyperv_label, gpus=_int(caps, "GPUs"),
         encryption_at_host=_true(caps.get("EncryptionAtHostSupported")))
