@@ -154,10 +154,10 @@ def eviction_threshold() -> dict[str, int]:
     return {MEMORY: EVICTION_MEMORY_AVAILABLE}
 
 
-def memory_capacity(memory_mib: int) -> int:
-    """Node memory capacity in bytes: whole GiB of the size minus the VM memory overhead."""
+def memory_capacity(memory_mib: int, overhead_percent: float = VM_MEMORY_OVERHEAD_PERCENT) -> int:
+    """Node memory capacity in bytes: whole GiB of the size minus the VM memory overhead (a fraction)."""
     whole = (memory_mib // 1024) * GIB
-    return whole - math.ceil(float(whole) * VM_MEMORY_OVERHEAD_PERCENT)
+    return whole - math.ceil(float(whole) * overhead_percent)
 
 
 def overhead(vcpus: int, memory_mib: int) -> dict[str, int]:

@@ -172,9 +172,6 @@ def test_sku_values_become_requirements_and_capacity(fake, provider):  # noqa: F
     assert normal.capacity.get("nvidia.com/gpu", 0) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="karpy's Azure provider always takes the default 7.5 % VM memory overhead out "
-                                       "of memory capacity (VM_MEMORY_OVERHEAD_PERCENT is read but not applied), and "
-                                       "lists no zero nvidia.com/gpu for a size without GPUs")
 def test_with_no_vm_memory_overhead_memory_capacity_is_the_skus_memory(fake, env, monkeypatch):
     """The same It's memory part: upstream's context sets the VM memory overhead to 0, so the capacity is the SKU's
     7 GiB (220 GiB); a size without GPUs lists nvidia.com/gpu 0."""

@@ -150,6 +150,7 @@ class AzureVMProvider:
         # as upstream: Azure CNI on the node subnet (no overlay) gives each node 30 pods by default, else 250
         types.default_max_pods = (NODE_SUBNET_MAX_PODS if settings.network_plugin == "azure"
                                   and settings.network_plugin_mode != "overlay" else static.DEFAULT_MAX_PODS)
+        types.vm_memory_overhead = settings.vm_memory_overhead_percent
         self.lookup = nodeclass_lookup
         self.cluster = cluster  # {"ca": base64 PEM, "version": "1.33.2"}
         self.delete_nodeclaim = delete_nodeclaim

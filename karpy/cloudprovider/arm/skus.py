@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from .. import azure as static
 from ..catalog import load_catalog
+from ...resources import MEMORY as RESOURCE_MEMORY
 from ..types import CAPACITY_SPOT, InstanceType
 
 REFRESH = 12 * 3600.0
@@ -235,6 +236,8 @@ class InstanceTypes:
         self.lock = threading.Lock()
         self.cluster = ""  # kubernetes.azure.com/cluster of every size (the provider sets it: cluster_label())
         self.default_max_pods = static.DEFAULT_MAX_PODS  # pods per node without spec.maxPods (the provider sets it)
+        # VM_MEMORY_OVERHEAD_PERCENT, the fraction of a size's memory the hypervisor keeps (the provider sets it)
+        self.vm_memory_overhead = static.VM_MEMORY_OVERHEAD_PERCENT
 
     def refresh(self, force: bool = False) -> None:
         if not force and self.fetched and self.now() - self.fetched < REFRESH:
@@ -289,7 +292,7 @@ class InstanceTypes:
         # spec.security.encryptionAtHost: only SKUs whose EncryptionAtHostSupported capability is True (upstream)
         encryption = bool((((nodeclass or {}).get("spec") or {}).get("security") or {}).get("encryptionAtHost"))
         key = (self.version, tuple(sorted(params.items())), self.prices.version if self.prices is not None else 0,
-               self.cluster, encryption)
+               self.cluster, encryption, self.vm_memory_overhead)
         with self.lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -332,7 +335,11 @@ class InstanceTypes:
                 labels[LABEL_HYPERV_GENERATION] = info.hyperv_label
             if self.cluster:
                 labels[static.AKS_LABEL_CLUSTER] = self.cluster
-            it = replace(it, labels=labels)
+            capacity = dict(it.capacity)
+            capacity[RESOURCE_MEMORY] = static.memory_capacity(size["memory"], self.vm_memory_overhead)
+            if not (size.get("gpus") or {}).get("manufacturer"):
+                capacity.setdefault("nvidia.com/gpu", 0)  # as upstream: a size without GPUs lists none
+            it = replace(it, labels=labels, capacity=capacity)
             if not info.spot:
                 it = replace(it, offerings=[o for o in it.offerings if o.capacity_type != CAPACITY_SPOT])
             out.append(it)
