@@ -126,7 +126,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         _fail_input(problems)
     user_prices = _load_prices(prices) if prices is not None else None
     try:
-        from .simulator.output import render_json, render_table, render_yaml
+        from .simulator.output import render_json_bytes, render_table, render_yaml
         from .simulator.sim import Simulation
 
         documents = loaded.documents
@@ -155,7 +155,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         finally:
             if progress is not None:
                 progress.close()
-        text = {"table": render_table, "json": render_json, "yaml": render_yaml}[output](sim)
+        text = {"table": render_table, "json": render_json_bytes, "yaml": render_yaml}[output](sim)
         if plot is not None:
             from .compare.plots import plot_runs
             from .simulator.output import summary
