@@ -244,7 +244,7 @@ def render_summary(suites: list[Suite]) -> str:
         total.update(by_area[a])
     out.append(_line("**total**", total))
     if sum(by_area["appendix"].values()):
-        out.append(_line("appendix (outside the brief)", by_area["appendix"]))
+        out.append(_line("appendix (outside the main suites)", by_area["appendix"]))
     out += ["", "Per suite file:", "", "| suite | area | Its | covered | departs | n/a | missing |",
             "|---|---|---:|---:|---:|---:|---:|"]
     for s in suites:
