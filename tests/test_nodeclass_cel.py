@@ -225,5 +225,6 @@ def test_the_nodeclass_is_not_valid_while_a_kubelet_expression_does_not_compile_
     assert _validated({"maxPods": "1 / (vcpus - vcpus)"}, GATE_ON) == ("False", "KubeletExpressionEvaluationFailed")
     assert _validated({"maxPods": "min(110, vcpus * 8)", "kubeReserved": {"memory": "max_pods * 11"}},
                       GATE_ON) == ("True", "ValidationSucceeded")
-    # the gate off: karpy's controller leaves the condition as it was (expressions are ignored)
-    assert _validated({"maxPods": "vcpus +"}, {}) == ("True", "ValidationSucceeded")
+    # the gate off: any expression leaves the NodeClass not valid, as upstream (nothing launches from it)
+    assert _validated({"maxPods": "vcpus +"}, {}) == ("False", "KubeletExpressionsDisabled")
+    assert _validated({"maxPods": 29, "kubeReserved": {"cpu": "100m"}}, {}) == ("True", "ValidationSucceeded")

@@ -200,6 +200,17 @@ def _is_quantity(value: Any) -> bool:
         return False
 
 
+def has_expressions(kubelet: Any) -> bool:
+    """Whether an EC2NodeClass's ``spec.kubelet`` holds a CEL expression: a string ``maxPods``, or a
+    ``kubeReserved`` / ``systemReserved`` value that is not a quantity (upstream's HasExpressions)."""
+    if not isinstance(kubelet, Mapping):
+        return False
+    if isinstance(kubelet.get("maxPods"), str):
+        return True
+    return any(isinstance(values, Mapping) and any(not _is_quantity(v) for v in values.values())
+               for values in (kubelet.get("kubeReserved"), kubelet.get("systemReserved")))
+
+
 def reserved_for_launch(values: Mapping[str, Any], gate: bool,
                         variables: Callable[[], InstanceTypeVars]) -> dict[str, str]:
     """kubeReserved / systemReserved as a node's kubelet is configured with: the quantities as written, the
@@ -213,5 +224,5 @@ def reserved_for_launch(values: Mapping[str, Any], gate: bool,
     return {**static, **resolved}
 
 
-__all__ = ["GATE", "missing", "reserved_for_launch", "InstanceTypeVars", "KubeletExpressionError", "evaluate", "format_result", "resolve_max_pods",
+__all__ = ["GATE", "has_expressions", "missing", "reserved_for_launch", "InstanceTypeVars", "KubeletExpressionError", "evaluate", "format_result", "resolve_max_pods",
            "resolve_reserved", "validate"]

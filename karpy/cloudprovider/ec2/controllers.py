@@ -1,7 +1,8 @@
 """The AWS provider's controllers in ``karpy controller``, and how the provider is put together.
 
 * :class:`NodeClassController`: EC2NodeClass status and conditions (every minute), the hash annotations,
-  Events and log lines for what failed;
+  Events and log lines for what failed; a ``spec.kubelet`` that cannot be decoded, or holds a CEL expression
+  while the gate NodeClassCEL is off, leaves it not Ready (ValidationSucceeded False), as upstream;
 * :class:`InstanceGC`: instances tagged for this cluster that no NodeClaim holds, launched over 30 s ago,
   are terminated (every 10 s for the first passes, then every 2 minutes);
 * :class:`InterruptionQueue`: a thread long-polling ``INTERRUPTION_QUEUE`` (SQS); spot interruption
@@ -28,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from ...api.nodeclass import ec2_kubelet_parse_error
 from ...controllers.lifecycle import set_condition
 from ...kube import errors as E
 from ...runtime.events import ref
@@ -91,12 +93,24 @@ class NodeClassController:
         return REQUEUE
 
     def _validate_kubelet_expressions(self, nc: dict, status: dict, cond: dict) -> None:
-        """With NodeClassCEL on, upstream's validation of the kubelet expressions: each must compile
-        (KubeletExpressionInvalid) and, once the other conditions hold, evaluate for every instance type
-        (KubeletExpressionEvaluationFailed); either leaves ValidationSucceeded False."""
-        if self.provider is None or not self.provider.gates.get(kubelet_cel.GATE):
+        """Upstream's validation of ``spec.kubelet``, ahead of the other checks: a configuration that cannot be
+        decoded (InvalidKubeletConfiguration), or a CEL expression while the gate NodeClassCEL is off
+        (KubeletExpressionsDisabled), leaves ValidationSucceeded False, so nothing launches from the NodeClass.
+        With the gate on each expression must compile (KubeletExpressionInvalid) and, once the other conditions
+        hold, evaluate for every instance type (KubeletExpressionEvaluationFailed)."""
+        raw = (nc.get("spec") or {}).get("kubelet")
+        bad = ec2_kubelet_parse_error(raw)
+        if bad is not None:
+            cond["ValidationSucceeded"] = ("False", "InvalidKubeletConfiguration", f"parsing spec.kubelet, {bad}")
             return
-        kubelet = (nc.get("spec") or {}).get("kubelet") or {}
+        gates = self.provider.gates if self.provider is not None else {}
+        if not gates.get(kubelet_cel.GATE):
+            if kubelet_cel.has_expressions(raw):
+                cond["ValidationSucceeded"] = ("False", "KubeletExpressionsDisabled",
+                                               "spec.kubelet contains a CEL expression, but the NodeClassCEL feature "
+                                               "gate is disabled")
+            return
+        kubelet = raw or {}
         fields = [("spec.kubelet.maxPods", kubelet["maxPods"])] if isinstance(kubelet.get("maxPods"), str) else []
         for key in ("kubeReserved", "systemReserved"):
             fields += [(f"spec.kubelet.{key}[{k}]", v) for k, v in static.reserved_expressions(kubelet.get(key)).items()]
@@ -106,7 +120,7 @@ class NodeClassController:
             except kubelet_cel.KubeletExpressionError as e:
                 cond["ValidationSucceeded"] = ("False", "KubeletExpressionInvalid", f"validating {field}: {e}")
                 return
-        if not fields or cond.get("ValidationSucceeded", ("Unknown",))[0] != "True":
+        if not fields or cond.get("ValidationSucceeded", ("Unknown",))[0] != "True" or self.provider is None:
             return
         try:
             self.provider.types.list({**nc, "status": status}, gates=self.provider.gates, strict=True)

@@ -699,17 +699,18 @@ class EC2CloudProvider:
         if it is None:
             return None
         amis = status.get("amis") or ()
-        if amis:
-            # the image the NodeClaim was launched with, as its status records it (upstream reads it there, not from
-            # the instance); without one upstream errors, so no drift decision is made
-            image = (nodeclaim.get("status") or {}).get("imageID") or ""
-            if not image:
-                return None
-            # the AMI a launch would choose for the instance's type now (the first whose requirements it meets),
-            # so an AMI still listed but no longer applying to this type drifts too
-            ami = next((a for a in amis if _matches(a.get("requirements") or [], it)), None)
-            if ami is None or image != ami["id"]:
-                return "AMIDrift"
+        if not amis:  # upstream errors ("no amis exist given constraints"): no drift decision, nothing else checked
+            return None
+        # the image the NodeClaim was launched with, as its status records it (upstream reads it there, not from
+        # the instance); without one upstream errors, so no drift decision is made
+        image = (nodeclaim.get("status") or {}).get("imageID") or ""
+        if not image:
+            return None
+        # the AMI a launch would choose for the instance's type now (the first whose requirements it meets),
+        # so an AMI still listed but no longer applying to this type drifts too
+        ami = next((a for a in amis if _matches(a.get("requirements") or [], it)), None)
+        if ami is None or image != ami["id"]:
+            return "AMIDrift"
         groups = {g["GroupId"] for g in inst.get("SecurityGroups") or ()}
         want = {g["id"] for g in status.get("securityGroups") or ()}
         if groups and want and groups != want:  # an instance always has a group; none reported is "unknown"
