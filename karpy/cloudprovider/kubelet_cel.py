@@ -18,8 +18,10 @@ type-check to int or double (a double is truncated towards zero; an infinite or 
   rounded up to 16Mi, ephemeral-storage GiB, anything else bare -- and an expression that fails or gives a
   negative value is dropped (upstream logs it), leaving that resource's default.
 
-With the gate off nothing here runs: a string ``maxPods`` and expression-valued reserved entries are ignored,
-as before (karpy.cloudprovider.aws).
+With the gate off nothing here is evaluated: instance types are resolved as if a string ``maxPods`` and
+expression-valued reserved entries were not there (karpy.cloudprovider.aws), and ``karpy controller``'s EC2NodeClass
+controller marks a NodeClass holding one not Ready (:func:`has_expressions`; KubeletExpressionsDisabled), so
+nothing launches from it, as upstream.
 
 The expressions are compiled and type-checked by cel-expr-python, the CEL project's Python binding of its C++
 implementation (``pip install 'karpy[cel]'``); it is imported only when an expression is met with the gate on.
