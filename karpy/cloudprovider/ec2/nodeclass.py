@@ -6,7 +6,9 @@ Subnets and security groups from their selector terms (tags, ids, names), AMIs f
 (restricted tags, the AL2023 service CIDR, a RunInstances dry run). Conditions and reasons are upstream's:
 ``SubnetsReady`` (SubnetsNotFound), ``SecurityGroupsReady`` (SecurityGroupsNotFound), ``AMIsReady``
 (AMINotFound, UnsupportedAlias), ``InstanceProfileReady``, ``ValidationSucceeded`` (TagValidationFailed,
-RunInstancesAuthCheckFailed, ClusterCIDRNotFound) and ``Ready``. An AWS error (AccessDenied, throttling past the
+RunInstancesAuthCheckFailed, ClusterCIDRNotFound; the controller adds the ``spec.kubelet`` reasons
+InvalidKubeletConfiguration, KubeletExpressionsDisabled, KubeletExpressionInvalid and
+KubeletExpressionEvaluationFailed) and ``Ready``. An AWS error (AccessDenied, throttling past the
 retries) is the condition's reason and message, never a crash.
 
 The NodeClass is annotated with karpy's own static hash (``karpenter.k8s.aws/ec2nodeclass-hash``) under
