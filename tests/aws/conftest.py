@@ -88,8 +88,10 @@ class MotoServer:
         self.log.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto_server(tmp_path_factory):
+    """One moto server for the session (per xdist worker): tests that need a clean account reset it
+    (``account`` does, before seeding); moto's instance-type catalog is static, so a reset keeps it."""
     server = MotoServer(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
@@ -277,9 +279,10 @@ class FaultInjector:
             parsed.pop("NextToken", None)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ec2_catalog(moto_server):
-    """moto's DescribeInstanceTypes takes seconds over HTTP and never changes: loaded once per module."""
+    """moto's DescribeInstanceTypes takes seconds over HTTP and never changes (a reset keeps it): loaded once
+    per session. Tests of the refresh itself call ``update_types``/``update_offerings`` on their provider."""
     from karpy.cloudprovider.ec2.clients import Clients
     from karpy.cloudprovider.ec2.instancetypes import InstanceTypes
 
@@ -296,8 +299,10 @@ def ec2_catalog(moto_server):
 
 
 def preload(its, catalog) -> None:
-    """Give an InstanceTypes the module's loaded types and zones (its prices still come from the account)."""
-    its.infos, its.zones = catalog
+    """Give an InstanceTypes the session's loaded types and zones (its prices still come from the account);
+    copies, so that no test's changes reach the next one."""
+    infos, zones = catalog
+    its.infos, its.zones = dict(infos), {name: set(z) for name, z in zones.items()}
     its.refreshed["types"] = its.refreshed["offerings"] = its.now()
 
 
