@@ -1,5 +1,6 @@
 """aws pkg/providers/instancetype/suite_test.go, Context("Metrics"): every instance type the provider lists for an
-EC2NodeClass has its vCPUs and memory exported (karpy.metrics, read at scrape time through the operator)."""
+EC2NodeClass has its vCPUs and memory exported (karpy.metrics, read at scrape time; here the provider's list is
+handed to the registry directly: the operator's wiring is tests/test_metrics_conformance.py's)."""
 
 from __future__ import annotations
 
