@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import time
 
 import pytest
@@ -31,10 +33,19 @@ def settings_env(fake: FakeARM, directory) -> dict[str, str]:
             "NETWORK_POLICY": "cilium"}
 
 
+# the fakes the ``fake`` fixture runs, by URL: make_provider finds the one the environment names
+_RUNNING: dict[str, FakeARM] = {}
+# (location, the fake's SKUs as JSON) -> what list_skus_via read for them: the SDK's deserialization of ~600
+# SKUs takes seconds, and most tests only need the list read, not the read itself
+_SKU_LISTS: dict[tuple[str, str], bytes] = {}
+
+
 @pytest.fixture
 def fake():
     f = FakeARM().start()
+    _RUNNING[f.url] = f
     yield f
+    _RUNNING.pop(f.url, None)
     f.stop()
 
 
@@ -84,9 +95,30 @@ class Clock:
     __call__ = now
 
 
-def make_provider(lookup, cluster=lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"}, **kw):
+def first_read_kept(lister, location: str, fresh: bool = False):
+    """``lister``, except its first read: when the fake of the ``fake`` fixture answers it with no fault
+    pending, and this test session already read the same SKUs through the SDK, a copy of that read. Later
+    reads (refreshes) always go to the fake."""
+    first = [True]
+
+    def run() -> list[dict]:
+        if not first[0]:
+            return lister()
+        first[0] = False
+        fake = _RUNNING.get(os.environ.get("AZURE_AUTHORITY_HOST", "").rstrip("/"))
+        if fresh or fake is None or fake.faults or fake.throttles:
+            return lister()
+        key = (location, json.dumps(fake.skus, sort_keys=True))
+        if key not in _SKU_LISTS:
+            _SKU_LISTS[key] = pickle.dumps(lister())
+        return pickle.loads(_SKU_LISTS[key])
+    return run
+
+
+def make_provider(lookup, cluster=lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"}, fresh_skus: bool = False, **kw):
     """karpy's Azure provider on the fake (the settings of ``env``), its instance types read, its clock a
-    :class:`Clock`: (provider, clock)."""
+    :class:`Clock`: (provider, clock). The first SKU read may be a copy of an earlier read of the same SKUs
+    (see :func:`first_read_kept`); ``fresh_skus`` sends it to the fake in any case."""
     from karpy.cloudprovider.arm.clients import make_clients
     from karpy.cloudprovider.arm.provider import AzureVMProvider
     from karpy.cloudprovider.arm.skus import InstanceTypes, list_skus_via
@@ -95,6 +127,7 @@ def make_provider(lookup, cluster=lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"
     s = resolve({"cloud_provider": "azure"}).azure
     clients = make_clients(s)
     clock = Clock()
-    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
+    types = InstanceTypes(first_read_kept(list_skus_via(clients.compute, s.location), s.location, fresh_skus),
+                          s.location, now=clock)
     types.refresh()
     return AzureVMProvider(clients, s, types, lookup, cluster, now=clock, poll_interval=0, **kw), clock

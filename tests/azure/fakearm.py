@@ -131,9 +131,10 @@ class FakeARM:
         # the Azure Retail Prices API (public, no token): karpy's static on-demand and spot prices of the location,
         # per SKU name; tests change them, and price_failures answers that many fetches 500
         self.retail_prices: dict[str, dict] = {}
+        listed = {k["name"] for k in self.skus}
         for s in load_catalog_sizes():
             p = s["prices"].get(location)
-            if p and any(k["name"] == s["name"] for k in self.skus):
+            if p and s["name"] in listed:
                 self.retail_prices[s["name"]] = {"on_demand": p["on_demand"], "spot": p.get("spot")}
         self.prices_page_size = 100
         self.price_failures = 0

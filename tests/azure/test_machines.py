@@ -20,7 +20,7 @@ from karpy.cloudprovider.arm.provider import LaunchError
 from karpy.cloudprovider.provider import InsufficientCapacityError, NodeClaimNotFoundError
 from karpy.controller.settings import SettingsError, resolve
 
-from .conftest import Clock, gc_keeping
+from .conftest import Clock, first_read_kept, gc_keeping
 from .fakearm import CIG_UBUNTU, NODE_RG, SUBSCRIPTION
 
 NODECLASS = {"kind": "AKSNodeClass", "metadata": {"name": "default"},
@@ -53,7 +53,8 @@ def make(lookup, clock=None, **kw):
     s = resolve({"cloud_provider": "azure"}).azure
     clients = make_clients(s)
     clock = clock or Clock()
-    types = InstanceTypes(list_skus_via(clients.compute, s.location), s.location, now=clock)
+    types = InstanceTypes(first_read_kept(list_skus_via(clients.compute, s.location), s.location), s.location,
+                          now=clock)
     types.refresh()
     p = AKSMachineProvider(clients, s, types, lookup, lambda: {"ca": "Q0EgUEVN", "version": "1.33.2"}, now=clock,
                            poll_interval=0, **kw)

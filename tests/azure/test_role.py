@@ -96,7 +96,7 @@ def test_the_role_allows_exactly_the_actions_of_the_calls_in_the_code():
 def test_a_run_of_every_call_path_sends_only_calls_the_role_allows(fake, env, tmp_path):
     store = Store()
     store.add({"kind": "AKSNodeClass", "metadata": {"name": "default"}, "spec": {"imageFamily": "Ubuntu2204"}})
-    p, clock = make_provider(store.get)
+    p, clock = make_provider(store.get, fresh_skus=True)  # every call path, the SKU list's included
     try:
         NodeClassController(store, store, p, lambda: "1.33.2", clock, store, store).reconcile("default")
         assert p.quota.update()  # the families' vCPU quota
