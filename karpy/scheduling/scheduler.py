@@ -632,16 +632,8 @@ class Scheduler:
         s._alloc_mat = base._alloc_mat
         s._used_mat = base._used_mat.copy()
         # topology: the prepared counts, less what the excluded nodes held
-        topo = Topology()
-        for ident, g in base.topology.groups.items():
-            c = TopologyGroup(g.kind, g.key, g.namespaces, g.selector, g.max_skew, g.min_domains)
-            c.counts = dict(g.counts)
-            c.owners = dict(g.owners)
-            c.total = g.total
-            topo.groups[ident] = c
-        # the same groups in the same order: the prepared answers of which groups select a pod hold here too
-        topo._selecting_cache = {k: [topo.groups[g.ident] for g in lst]
-                                 for k, lst in base.topology._selecting_cache.items()}
+        # (copy-on-write: a group's counts are copied when this solve first records into it)
+        topo = base.topology.clone()
         for n in gone:
             labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
             for p in n.bound_pods:

@@ -21,7 +21,7 @@ ANTI_AFFINITY = "anti-affinity"
 
 class TopologyGroup:
     __slots__ = ("kind", "key", "namespaces", "selector", "max_skew", "min_domains", "counts", "owners", "total", "ident",
-                 "_reached")
+                 "_reached", "_shared_counts", "_shared_owners")
 
     def __init__(self, kind: str, key: str, namespaces: frozenset[str] | None, selector: LabelSelector,
                  max_skew: int = 0, min_domains: int | None = None):
@@ -38,6 +38,20 @@ class TopologyGroup:
         self.ident = (kind, key, namespaces, selector.sig, max_skew, min_domains)
         # (owners?, threshold) -> domains whose count reached the threshold, in the order they did (see reached)
         self._reached: dict[tuple[bool, int], list[str]] = {}
+        # a clone reads its original's counts and owners until it first records into them (see clone)
+        self._shared_counts = False
+        self._shared_owners = False
+
+    def clone(self) -> "TopologyGroup":
+        """The same group with the same counts, for another solve. The counts and owners are shared with this
+        group until the clone records into them (it copies them then), so this group must not record any more."""
+        c = object.__new__(TopologyGroup)
+        c.kind, c.key, c.namespaces, c.selector = self.kind, self.key, self.namespaces, self.selector
+        c.max_skew, c.min_domains, c.ident = self.max_skew, self.min_domains, self.ident
+        c.counts, c.owners, c.total = self.counts, self.owners, self.total
+        c._reached = {}
+        c._shared_counts = c._shared_owners = True
+        return c
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         if self.namespaces is not None and namespace not in self.namespaces:
@@ -45,6 +59,9 @@ class TopologyGroup:
         return self.selector.matches(labels)
 
     def record(self, domain: str, n: int = 1) -> None:
+        if self._shared_counts:
+            self.counts = dict(self.counts)
+            self._shared_counts = False
         old = self.counts.get(domain, 0)
         self.counts[domain] = old + n
         self.total += n
@@ -52,6 +69,9 @@ class TopologyGroup:
             self._track(False, domain, old, old + n)
 
     def record_owner(self, domain: str, n: int = 1) -> None:
+        if self._shared_owners:
+            self.owners = dict(self.owners)
+            self._shared_owners = False
         old = self.owners.get(domain, 0)
         self.owners[domain] = old + n
         if self._reached:
@@ -90,12 +110,27 @@ class Topology:
     def __init__(self) -> None:
         self.groups: dict[tuple, TopologyGroup] = {}
         self._selecting_cache: dict[tuple, list[TopologyGroup]] = {}
+        # a clone's original answers of which groups select a pod, and its groups' clones by the original's id:
+        # those answers hold for the clone (the same groups in the same order), translated when first asked
+        self._origin_cache: dict[tuple, list[TopologyGroup]] | None = None
+        self._clones: dict[int, TopologyGroup] = {}
+
+    def clone(self) -> "Topology":
+        """The same groups with the same counts, for one solve; this registry must not record any more."""
+        t = Topology()
+        clones = t._clones
+        groups = t.groups
+        for ident, g in self.groups.items():
+            groups[ident] = clones[id(g)] = g.clone()
+        t._origin_cache = self._selecting_cache
+        return t
 
     def _get(self, group: TopologyGroup) -> TopologyGroup:
         existing = self.groups.get(group.ident)
         if existing is None:
             self.groups[group.ident] = group
             self._selecting_cache.clear()
+            self._origin_cache = None
             return group
         return existing
 
@@ -122,6 +157,12 @@ class Topology:
             hit = self._selecting_cache.get(cache_key)
             if hit is not None:
                 return hit
+            if self._origin_cache is not None:
+                hit = self._origin_cache.get(cache_key)
+                if hit is not None:
+                    clones = self._clones
+                    hit = self._selecting_cache[cache_key] = [clones[id(g)] for g in hit]
+                    return hit
         out = [g for g in self.groups.values() if g.selects(namespace, labels)]
         if cache_key is not None:
             self._selecting_cache[cache_key] = out
