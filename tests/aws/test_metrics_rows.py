@@ -11,13 +11,28 @@ NODEPOOL = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"n
                 "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}}}
 
 
-def _scraped(env) -> tuple[list, KarpenterMetrics]:
+class Scrape:
+    """One scrape of a KarpenterMetrics registry; :meth:`value` answers as the registry's ``get_sample_value``
+    does (the first sample of that name and exactly those labels), which collects every series on each call:
+    asked once per instance type (~800 in moto), that took minutes."""
+
+    def __init__(self, m: KarpenterMetrics):
+        self.samples: dict[tuple[str, frozenset], float] = {}
+        for metric in m.registry.collect():
+            for sample in metric.samples:
+                self.samples.setdefault((sample.name, frozenset(sample.labels.items())), sample.value)
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        return self.samples.get((name, frozenset((labels or {}).items())))
+
+
+def _scraped(env) -> tuple[list, Scrape]:
     p, nc, _, _ = env
     types = p.get_instance_types(NODEPOOL, nc)
     assert len(types) > 100
     m = KarpenterMetrics()
     m.instance_types = lambda: [p.get_instance_types(NODEPOOL, nc)]
-    return types, m
+    return types, Scrape(m)
 
 
 def test_vcpu_metrics_for_every_instance_type(env):
