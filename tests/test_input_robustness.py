@@ -943,6 +943,7 @@ def _base(kind: str, api_version: str, name: str) -> dict:
                                  "overhead": {"podFixed": {"cpu": "100m"}}},
         "PriorityClass": lambda: {"metadata": {"name": name}, "value": 1000},
         "StorageClass": lambda: {"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com"},
+        "Service": lambda: {"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}},
         "Scenario": lambda: scenario(name, steps=[{"advance": "1m"}]),
         "NodeOverlay": lambda: {"metadata": {"name": name},
                                 "spec": {"requirements": [{"key": "karpenter.kwok.sh/instance-family",

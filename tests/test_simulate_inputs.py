@@ -19,8 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "simulate"
 CLUSTER = str(FIXTURES / "kwok-nodepool.yaml")
 WEBAPP = str(FIXTURES / "webapp")
 HAS_KUSTOMIZE = bool(shutil.which("kubectl") or shutil.which("kustomize"))
-SKIPPED_WEBAPP = ("note: skipped 9 documents of 9 kinds that do not affect node provisioning: ConfigMap, Ingress, "
-                  "NetworkPolicy, Role, RoleBinding, Secret, Service, ServiceAccount, ServiceMonitor")
+SKIPPED_WEBAPP = ("note: skipped 8 documents of 8 kinds that do not affect node provisioning: ConfigMap, Ingress, "
+                  "NetworkPolicy, Role, RoleBinding, Secret, ServiceAccount, ServiceMonitor")
 
 
 def simulate(*args: str, input: str | None = None):
@@ -95,7 +95,7 @@ def test_helm_template_output_on_standard_input():
         "---\n~\n---\nnull\n"
         "---\n# Source: web/templates/all.yaml\n"
         + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"port": "80"}},
             web, None,
             {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": {"name": "web"}}]})
         + "---\n" + cluster + "\n---\n"
@@ -104,7 +104,7 @@ def test_helm_template_output_on_standard_input():
     pods, status = result(r)
     assert status["pods"] == {"total": 2, "bound": 2, "pending": 0}
     assert r.stderr == ("note: skipped 3 documents of 3 kinds that do not affect node provisioning: Certificate, "
-                        "Service, ServiceAccount\n")
+                        "ConfigMap, ServiceAccount\n")
 
 
 def test_kinds_that_affect_provisioning_and_are_not_simulated_are_named_one_line_each():
@@ -263,13 +263,13 @@ def test_the_docs_describe_what_karpy_reads():
 
 
 def test_a_scenario_apply_step_skips_and_refuses_kinds_as_the_top_level_does():
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"port": "80"}}
     r = simulate("-", "-o", "json", input=Path(CLUSTER).read_text() + "\n---\n" + dump(
-        scenario({"apply": [service, deployment("web", 2)]}, {"apply": [dict(service, metadata={"name": "b"})]},
+        scenario({"apply": [config, deployment("web", 2)]}, {"apply": [dict(config, metadata={"name": "b"})]},
                  {"advance": "2m"})))
     pods, status = result(r)
     assert status["pods"]["bound"] == 2
-    assert r.stderr == "note: skipped 2 documents of 1 kind that do not affect node provisioning: Service\n"
+    assert r.stderr == "note: skipped 2 documents of 1 kind that do not affect node provisioning: ConfigMap\n"
     cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly"}}
     errors = [str(e) for e in load_text(dump(scenario({"apply": [cron, hpa("web", "web")]})), "s.yaml").errors]
     assert errors == [

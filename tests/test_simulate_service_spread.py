@@ -85,7 +85,5 @@ def test_job_pods_no_service_selects_get_no_default_spread(tmp_path):
     assert _pods_per_zone(tmp_path, BASE) == [4]
 
 
-@pytest.mark.xfail(strict=True, reason="karpy simulate skips Service documents, so a Service's selector is never "
-                                       "deduced for the default spread (docs/departures.md)")
 def test_job_pods_a_service_selects_are_spread_over_the_zones(tmp_path):
     assert _pods_per_zone(tmp_path, BASE + SERVICE) == [1, 1, 2]

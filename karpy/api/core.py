@@ -1483,6 +1483,25 @@ RUNTIME_CLASS = obj(
 )
 
 
+def _check_service(svc: dict, path: str, ctx: Ctx) -> None:
+    validate_labels(get(svc, "spec", "selector"), "spec.selector", ctx)
+
+
+# A Service matters to Karpenter through its selector only: with default topology spread constraints configured,
+# the pods it selects take their spread selector from it (karpy.scheduling.default_spread). The rest of the spec
+# (ports, type, IPs) is kept as given.
+SERVICE = obj(
+    {
+        "apiVersion": string(),
+        "kind": string(),
+        "metadata": object_meta(),
+        "spec": obj({"selector": string_map()}, preserve=True),
+        "status": opaque_obj(),
+    },
+    checks=[_check_service],
+)
+
+
 def apply_pod_defaults(pod: dict) -> dict:
     """Default a pod stamped out of a template (as the API server would on create); returns the pod.
 

@@ -36,6 +36,7 @@ _KINDS: list[KindInfo] = [
     KindInfo(("v1",), "Namespace", False, core.NAMESPACE),
     KindInfo(("v1",), "PersistentVolumeClaim", True, core.PVC),
     KindInfo(("v1",), "PersistentVolume", False, core.PV),
+    KindInfo(("v1",), "Service", True, core.SERVICE),
     KindInfo(("apps/v1",), "Deployment", True, core.DEPLOYMENT),
     KindInfo(("apps/v1",), "ReplicaSet", True, core.REPLICASET),
     KindInfo(("apps/v1",), "StatefulSet", True, core.STATEFULSET),

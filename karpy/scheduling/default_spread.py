@@ -14,8 +14,8 @@ same selector so that it counts the same pods:
 
 A pod for which nothing is deduced (no matching Service and no such controller, a non-controller owner reference
 only, an owner that no longer exists, an owner with an empty selector) gets no default: an empty selector would count
-every pod of the namespace. ``karpy simulate`` skips Services in its input, so there only owners contribute; the
-sandbox and a cluster's API hold them.
+every pod of the namespace. The Services are read from the API: the input's in ``karpy simulate``, the sandbox's,
+a cluster's.
 
 The defaults exist only in the compiled form of the pod the engine reads; the stored pod is never changed.
 """
