@@ -462,17 +462,29 @@ class _Node:
 class _Class:
     """Pods with one class key, and everything derived from their constraints."""
 
-    def __init__(self, pods: list[PodInfo], solver: "Scheduler"):
+    def __init__(self, pods: list[PodInfo], solver: "Scheduler", key: tuple | None = None):
         self.pods = pods
         self.rep = pods[0]
         self.solver = solver
         self.prefer_no_schedule_tolerated = False
         self.reserved_wait = False  # its last new NodeClaim was refused for a reservation others hold
-        self.derive()
+        self.derive(key)
 
-    def derive(self) -> None:
+    def derive(self, key: tuple | None = None) -> None:
+        """Everything the scheduler reads of the representative's constraints. ``key``: the class key of a
+        class not yet relaxed; a solve over a preparation derives each such class once for all its solves
+        (see :meth:`_derive_memo`)."""
         s = self.solver
         p = self.rep
+        memo = s._class_memo
+        if memo is not None and key is not None and p.volume_requirements is None and not p.dra:
+            key = (key, p.moving)
+            hit = memo.get(key)
+            if hit is not None and self._adopt(hit):
+                return
+        else:
+            memo = None
+        n_groups = len(s.topology.groups)
         self.reqs = p.requirements(with_preferences=s.respect_preferences)
         self.request_vec = s.vector(p.requests)
         self.nz = np.flatnonzero(self.request_vec)
@@ -502,6 +514,36 @@ class _Class:
         self._selecting: list[TopologyGroup] | None = None
         self._inverse: list[TopologyGroup] | None = None
         self._bound: bool | None = None
+        # remembered for the preparation's other solves unless deriving added a group only this solve has
+        if memo is not None and len(s.topology.groups) == n_groups:
+            memo[key] = (self.reqs, self.request_vec, self.nz, self.nz_list, self.req_key, self.strict,
+                         [(g.ident, sel, policy) for g, sel, policy in self.spreads],
+                         [(g.ident, sel) for g, sel in self.affinities], [(g.ident, sel) for g, sel in self.antis],
+                         [g.ident for g in self.required_antis], self.tolerations)
+
+    def _adopt(self, hit: tuple) -> bool:
+        """Take a derivation another solve over the same preparation made for an equal class, with this
+        solve's own topology groups (its counts); False when a group it names is not in this solve."""
+        groups = self.solver.topology.groups
+        reqs, vec, nz, nz_list, req_key, strict, spreads, affinities, antis, required_antis, tolerations = hit
+        try:
+            self.spreads = [(groups[i], sel, policy) for i, sel, policy in spreads]
+            self.affinities = [(groups[i], sel) for i, sel in affinities]
+            self.antis = [(groups[i], sel) for i, sel in antis]
+            self.required_antis = [groups[i] for i in required_antis]
+        except KeyError:
+            return False
+        # shared between solves, so never changed in place (nothing changes them: relaxing derives anew)
+        self.reqs, self.request_vec, self.nz, self.nz_list, self.req_key = reqs, vec, nz, nz_list, req_key
+        self.strict, self.tolerations = strict, tolerations
+        self.dra_refused = False
+        self.volume_invalid = None
+        self.volumes = None
+        self.has_topology = bool(self.spreads or self.affinities or self.antis)
+        self._selecting = None
+        self._inverse = None
+        self._bound = None
+        return True
 
     def topology_bound(self) -> bool:
         """Must topology be consulted to place these pods (their own terms, or others' that count them)?"""
@@ -591,6 +633,8 @@ class Prepared:
         # what every solve copies, less its excluded nodes (see Scheduler.from_prepared)
         self.rows = np.fromiter((n.row for n in base.nodes), dtype=np.int64, count=len(base.nodes))
         self.inputs = [n.node for n in base.nodes]
+        # what a solve derived of each pod class not yet relaxed, for the other solves (see _Class.derive)
+        self.class_memo: dict[tuple, tuple] = {}
 
 
 class Scheduler:
@@ -628,6 +672,7 @@ class Scheduler:
             del s._existing_input[i]
         s._gone = [base.nodes[i] for i in drop]
         s._prep = prep
+        s._class_memo = prep.class_memo
         s._rows = np.delete(prep.rows, drop) if drop else prep.rows.copy()
         s._alloc_mat = base._alloc_mat
         s._used_mat = base._used_mat.copy()
@@ -698,6 +743,7 @@ class Scheduler:
         self._ports: dict[int, set] = {}  # host ports placed on existing nodes (by row)
         self._volumes: dict[int, dict[str, set]] = {}  # volumes by CSI driver on existing nodes with limits (by row)
         self._prep: Prepared | None = None  # a solve made by from_prepared: the shared base
+        self._class_memo: dict[tuple, tuple] | None = None  # from_prepared: the preparation's class derivations
         self._gone: list[_Node] = []  # prepared nodes this solve leaves out
         self._universe_parts_cache: dict = {}
         self._eligible_parts_cache: dict = {}
@@ -846,7 +892,7 @@ class Scheduler:
                 groups[k] = lst = []
                 order.append(k)
             lst.append(p)
-        classes = [_Class(groups[k], self) for k in order]
+        classes = [_Class(groups[k], self, k) for k in order]
         # register every constraint before counting anything, so each pod is recorded into all groups
         if not prepared:
             self._register_existing_topology(classes)
