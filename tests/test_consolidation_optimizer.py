@@ -13,12 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from disruption_helpers import Cluster, dpod
 from karpy.cli import main
 from karpy.controller.settings import SettingsError, parse_feature_gates
-from karpy.disruption import highs, optimizer
-from karpy.disruption.candidates import build_candidates
-from karpy.disruption.methods import simulate
+from karpy.disruption import highs
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "feature-gates" / "consolidation-optimizer"
 GATE = "ConsolidationOptimizer"
@@ -123,58 +120,3 @@ def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, m
     r = CliRunner().invoke(main, ["simulate", str(_copy(tmp_path, True))])
     assert r.exit_code == 2
     assert "featureGates.ConsolidationOptimizer" in r.output and "karpy[optimizer]" in r.output
-
-
-# --- the engine's view: realization and the local search (karpy/disruption/optimizer.py) ---------------------
-
-def _engine_cluster() -> Cluster:
-    return Cluster(feature_gates={GATE: True})
-
-
-def _cands(snap):
-    return {c.name: c for c in build_candidates(snap, "graceful", [])}
-
-
-def test_a_plan_is_taken_only_when_the_evicted_pods_fit_its_replacements_as_the_cluster_binds_them():
-    c = _engine_cluster()
-    c.nodepool()
-    c.node("big", "std-8", [dpod("a", cpu="3"), dpod("b", cpu="3")])  # neither node has room for the other's pods
-    c.node("small", "std-4", [dpod("c", cpu="3")])
-    snap = c.snapshot()
-    cands = _cands(snap)
-    both = simulate(snap, [cands["big"]], consolidation=True, refine=True)
-    one = simulate(snap, [cands["small"]], consolidation=True, refine=True)
-    assert both.ok and one.ok
-    [fits] = both.results.new_nodeclaims  # 6 CPU: a std-8
-    [tight] = one.results.new_nodeclaims  # 3 CPU: a std-4
-    assert optimizer.realizable(snap, [cands["big"]], [fits])
-    assert not optimizer.realizable(snap, [cands["big"]], [tight])  # 6 CPU of pods cannot all bind on a std-4
-    assert optimizer.realizable(snap, [cands["big"], cands["small"]], [fits, tight])
-
-
-def test_the_local_search_keeps_within_the_budget_and_takes_the_best_saving():
-    c = _engine_cluster()
-    c.nodepool()
-    for name, cpu in (("n1", "1"), ("n2", "6"), ("n3", "7"), ("n4", "2")):
-        c.node(name, "std-8", [dpod(f"{name}-p", cpu=cpu)])
-    cands = list(_cands(c.snapshot()).values())
-    tried: list[tuple[str, ...]] = []
-
-    def attempt(sub):
-        names = tuple(x.name for x in sub)
-        tried.append(names)
-        saving = {("n1", "n4"): 0.3, ("n1", "n2"): 0.3, ("n3", "n4"): 0.1}.get(names)
-        if saving is None:
-            return None
-        reps = [None] * (1 if names == ("n1", "n4") else 2)
-        return optimizer.Proposal(list(sub), reps, None, saving)
-
-    assert optimizer._pairs(c.snapshot(), cands, {"default": 1}, attempt) is None
-    assert tried == []  # a budget of one node never lets two of its nodes go together
-    best = optimizer._pairs(c.snapshot(), cands, {"default": 2}, attempt)
-    assert [x.name for x in best.candidates] == ["n1", "n4"]  # the best saving; of equal savings, fewer replacements
-    first = list(tried)
-    assert ("n1", "n4") in first and all(len(t) == 2 for t in first)
-    tried.clear()
-    optimizer._pairs(c.snapshot(), list(reversed(cands)), {"default": 2}, attempt)
-    assert tried == first  # the same cluster is searched in the same order, whatever order the candidates come in
