@@ -1484,6 +1484,10 @@ RUNTIME_CLASS = obj(
 
 
 def _check_service(svc: dict, path: str, ctx: Ctx) -> None:
+    name = get(svc, "metadata", "name")
+    if isinstance(name, str) and name and not names.is_dns1123_subdomain(name):  # else the generic name error
+        for msg in names.is_dns1035_label(name):  # a Service's name is a DNS-1035 label (kube-apiserver)
+            ctx.err("metadata.name", invalid(name, msg))
     validate_labels(get(svc, "spec", "selector"), "spec.selector", ctx)
 
 

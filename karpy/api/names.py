@@ -57,6 +57,19 @@ def is_dns1123_label(value: str) -> list[str]:
     return errs
 
 
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def is_dns1035_label(value: str) -> list[str]:
+    """A Service's name rule (kube-apiserver's DNS-1035 label)."""
+    errs = [_max_len_error(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []
+    if not _DNS1035_LABEL.match(value):
+        errs.append(_regex_error("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
+                                 "an alphabetic character, and end with an alphanumeric character",
+                                 "[a-z]([-a-z0-9]*[a-z0-9])?", "my-name", "abc-123"))
+    return errs
+
+
 def is_dns1123_subdomain(value: str) -> list[str]:
     errs = []
     if len(value) > DNS1123_SUBDOMAIN_MAX:

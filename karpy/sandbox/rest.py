@@ -1655,16 +1655,10 @@ def _path_segment_errors(name: str) -> list[str]:
     return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
 
 
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
 def _dns1035_label_errors(name: str) -> list[str]:
-    errs = ["must be no more than 63 characters"] if len(name) > 63 else []
-    if not _DNS1035_LABEL.match(name):
-        errs.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
-                    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
-    return errs
+    from ..api.names import is_dns1035_label
+
+    return is_dns1035_label(name)
 
 
 def _dns1123_subdomain_errors(name: str) -> list[str]:

@@ -36,7 +36,9 @@ VERBS = ("get", "try_get", "list", "watch", "create", "update", "patch", "delete
 WATCHED = "<watched kinds>"
 
 # (file, innermost function, verb) -> kind, for calls whose kind is not written at the call
-DYNAMIC: dict[tuple[str, str, str], str] = {
+DYNAMIC: dict[tuple[str, str, str], str | tuple[str, ...]] = {
+    # a reserved NodeClaim, and its Node, turned on-demand once EC2 no longer holds the instance in a reservation
+    ("karpy/cloudprovider/ec2/controllers.py", "_demote", "patch"): ("NodeClaim", "Node"),
     ("karpy/controllers/provisioning.py", "create_nodeclaim", "create"): "NodeClaim",
     ("karpy/controllers/provisioning.py", "create_nodeclaims", "create"): "NodeClaim",
     ("karpy/cloudprovider/simulated.py", "_register", "create"): "Node",
@@ -174,12 +176,13 @@ def permissions() -> tuple[set[tuple[str, str, str]], list[Call]]:
             continue
         if kind == WATCHED:
             continue  # the informers: covered by the watched kinds
-        if c.verb == "evict":
-            add("Pod", "eviction", ("create",))
-        elif c.verb == "bind":
-            add("Pod", "binding", ("create",))
-        elif c.verb == "scale":
-            add(kind, "scale", ("patch",))
-        else:
-            add(kind, c.subresource, _HTTP[c.verb])
+        for kind in (kind if isinstance(kind, tuple) else (kind,)):
+            if c.verb == "evict":
+                add("Pod", "eviction", ("create",))
+            elif c.verb == "bind":
+                add("Pod", "binding", ("create",))
+            elif c.verb == "scale":
+                add(kind, "scale", ("patch",))
+            else:
+                add(kind, c.subresource, _HTTP[c.verb])
     return need, unresolved
