@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from controllers.harness import Harness, pod
+from test_world_conformance import _csinode, _running_node_for as _running_node
 from karpy.kube.memory import MemoryAPI
 from karpy.runtime.clock import SimClock
 
@@ -53,26 +54,6 @@ def _provision(h: Harness, obj: dict) -> None:
 def _nominated(h: Harness, name: str) -> str | None:
     evs = h.events("Nominated", involved=name)
     return evs[-1]["message"].rsplit("/", 1)[-1] if evs else None
-
-
-def _running_node(h: Harness, pod_name: str) -> str:
-    """The one NodeClaim provisioned so far, launched, registered, Ready and initialized, with the pod bound to its
-    Node: the Node's name."""
-    (c,) = h.nodeclaims()
-    name = c["metadata"]["name"]
-    h.launch(name)
-    node = h.register(name)["metadata"]["name"]
-    h.reconcile("nodeclaim.lifecycle", name)
-    h.make_ready(node)
-    h.reconcile("nodeclaim.lifecycle", name)
-    h.bind(h.get("Pod", pod_name, "default"), node)
-    return node
-
-
-def _csinode(node: str, **counts: int) -> dict:
-    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node},
-            "spec": {"drivers": [{"name": d, "nodeID": "fake-node-id", "allocatable": {"count": c}}
-                                 for d, c in counts.items()]}}
 
 
 @pytest.mark.parametrize("newest", [CSI, "other-provider"])
