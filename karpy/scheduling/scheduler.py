@@ -307,6 +307,9 @@ class _Claim:
         return None
 
 
+# the kinds of hostname topology terms Scheduler._node_topology_cap reads itself
+_HOST_SPREAD_SELF, _HOST_SPREAD, _HOST_ANTI_SELF, _HOST_ANTI, _HOST_INVERSE = range(5)
+
 _RANK_SHIFT = 32
 _RANK_OFFSET = 1 << 31
 
@@ -477,13 +480,17 @@ class _Class:
         s = self.solver
         p = self.rep
         memo = s._class_memo
+        self._eligible: dict[tuple, list[str]] = {}  # see Scheduler._eligible_domains
         if memo is not None and key is not None and p.volume_requirements is None and not p.dra:
             key = (key, p.moving)
+            # names what the preparation may remember of this class (see Scheduler._static_mask)
+            self.memo_key: tuple | None = key
             hit = memo.get(key)
             if hit is not None and self._adopt(hit):
                 return
         else:
             memo = None
+            self.memo_key = None
         n_groups = len(s.topology.groups)
         self.reqs = p.requirements(with_preferences=s.respect_preferences)
         self.request_vec = s.vector(p.requests)
@@ -635,6 +642,14 @@ class Prepared:
         self.inputs = [n.node for n in base.nodes]
         # what a solve derived of each pod class not yet relaxed, for the other solves (see _Class.derive)
         self.class_memo: dict[tuple, tuple] = {}
+        # per such class, which prepared nodes it may ever land on (see Scheduler._static_mask)
+        self.static_memo: dict[tuple, np.ndarray] = {}
+        self.takes_moving = np.fromiter((n.node.takes_moving for n in base.nodes), dtype=bool, count=len(base.nodes))
+        by_taints: dict[tuple, list[int]] = {}
+        for n in base.nodes:
+            if n.node.taints:
+                by_taints.setdefault(tuple(n.node.taints), []).append(n.row)
+        self.taint_rows = [(list(t), np.array(rows, dtype=np.int64)) for t, rows in by_taints.items()]
 
 
 class Scheduler:
@@ -747,6 +762,10 @@ class Scheduler:
         self._gone: list[_Node] = []  # prepared nodes this solve leaves out
         self._universe_parts_cache: dict = {}
         self._eligible_parts_cache: dict = {}
+        # topology caps of existing nodes by their domains, per class, until the next pod is recorded (see
+        # _node_topology_cap); _topo_version counts the records
+        self._topo_version = 0
+        self._node_caps: dict[int, tuple] = {}
         self._built = False
 
     def _build(self, pods: Sequence[PodInfo]) -> None:
@@ -1051,18 +1070,24 @@ class Scheduler:
         if not (self.nodes and cls.pods):
             return False
         nz = cls.nz_list
+        # the nodes with room for one pod of the class, among those its constraints allow at all
+        static = self._static_mask(cls)
         if nz:
-            rows = self._rows
-            room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
-            order = np.flatnonzero(room)
+            room = np.all(self._alloc_mat[:, nz] - self._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
+            if static is not None:
+                room &= static
+            order = np.flatnonzero(room[self._rows])
+        elif static is not None:
+            order = np.flatnonzero(static[self._rows])
         else:
             order = range(len(self.nodes))
+        checked = static is not None
         placed = False
         for i in order:
             node = self.nodes[int(i)]
             if not cls.pods:
                 break
-            n, req = self._cap_node(cls, node, len(cls.pods))
+            n, req = self._cap_node(cls, node, len(cls.pods), checked)
             if n > 0:
                 placed = True
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
@@ -1324,14 +1349,47 @@ class Scheduler:
                 return i
         return k
 
-    def _cap_node(self, cls: _Class, node: _Node, want: int) -> tuple[int, None]:
+    def _static_mask(self, cls: _Class) -> np.ndarray | None:
+        """For a solve over a preparation, per prepared node row, whether the class may land on the node at all
+        (what :meth:`_static_refusal` asks), remembered by the preparation for the classes it remembers: their
+        constraints are the same in every solve over it. None for other classes (relaxed, with volumes, or in a
+        solve of its own): their nodes are asked one by one, only those with room."""
+        key = cls.memo_key
+        if key is None or self._prep is None:
+            return None
+        prep = self._prep
+        memo = prep.static_memo
+        hit = memo.get(key)
+        if hit is None:
+            # the nodes' shares of the answer: which take moved pods, and their taints (few kinds), then the labels
+            hit = prep.takes_moving.copy() if cls.rep.moving else np.ones(len(prep.takes_moving), dtype=bool)
+            for taints, rows in prep.taint_rows:
+                if tolerates_all(cls.tolerations, taints) is not None:
+                    hit[rows] = False
+            if len(cls.reqs):
+                nodes = prep.base.nodes
+                for i in np.flatnonzero(hit).tolist():
+                    if not cls.reqs.satisfied_by_labels(nodes[i].labels):
+                        hit[i] = False
+            memo[key] = hit
+        return hit
+
+    @staticmethod
+    def _static_refusal(cls: _Class, node: _Node) -> bool:
+        """Whether the node refuses the class whatever is placed there: a node that takes no moved pods, a taint
+        not tolerated, requirements its labels miss (a node has every label it will ever have)."""
         if cls.rep.moving and not node.node.takes_moving:
-            return 0, None
+            return True
         if tolerates_all(cls.tolerations, node.node.taints) is not None:
-            return 0, None
+            return True
         if len(cls.reqs) and not cls.reqs.satisfied_by_labels(node.labels):
-            return 0, None  # a node has every label it will ever have
-        if cls.volumes is not None and not cls.volumes.satisfied_by_labels(node.labels):
+            return True
+        return cls.volumes is not None and not cls.volumes.satisfied_by_labels(node.labels)
+
+    def _cap_node(self, cls: _Class, node: _Node, want: int, checked: bool = False) -> tuple[int, None]:
+        """How many of the class's next ``want`` pods the existing node takes (``checked``: the node passed
+        :meth:`_static_refusal` already)."""
+        if not checked and self._static_refusal(cls, node):
             return 0, None
         if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, self._ports.get(node.row, node.node.host_ports)):
             return 0, None
@@ -1350,7 +1408,7 @@ class Scheduler:
             if k <= 0:
                 return 0, None
         if cls.topology_bound():
-            k, narrowed = self._topology_cap(cls, node, k, None)
+            k = self._node_topology_cap(cls, node, k)
             if k <= 0:
                 return 0, None
         elif self._blocked_by_inverse(cls, node):
@@ -1512,6 +1570,7 @@ class Scheduler:
         honest (kube-scheduler will count them when it binds).
         """
         keys = self._group_keys()
+        self._topo_version += 1
         for key in keys:
             r_old = old_req._reqs.get(key)
             if r_old is not None and not r_old.complement and len(r_old.values) == 1:
@@ -1617,12 +1676,16 @@ class Scheduler:
         NodePools can launch, that match the pod's required node selector and affinity;
         nodeTaintsPolicy Honor also drops those whose taints the pod does not tolerate.
         """
+        own = cls._eligible.get((key, policy))  # the class's constraints do not change until it is relaxed
+        if own is not None:
+            return own
         affinity_policy, taints_policy = policy
         strict = cls.strict if affinity_policy == "Honor" else Requirements()
         tolerations = cls.tolerations if taints_policy == "Honor" else None
         ck = (key, strict.signature(), affinity_policy, tolerations)
         hit = self._eligible_cache.get(ck)
         if hit is not None:
+            cls._eligible[(key, policy)] = hit
             return hit
         src = self._prep.base if self._prep is not None else self
         parts = src._eligible_parts_cache.get(ck) if self._prep is not None else None
@@ -1638,7 +1701,7 @@ class Scheduler:
         else:
             out.update(nodes)
         result = sorted(out)
-        self._eligible_cache[ck] = result
+        self._eligible_cache[ck] = cls._eligible[(key, policy)] = result
         return result
 
     @staticmethod
@@ -1681,12 +1744,16 @@ class Scheduler:
                 out.update(r.values)
         return nodes, out
 
-    def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None) -> tuple[int, Requirements | None]:
-        """How many of the class the target can take under topology rules, and the narrowed requirements."""
+    def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None,
+                      hostname: bool | None = None) -> tuple[int, Requirements | None]:
+        """How many of the class the target can take under topology rules, and the narrowed requirements.
+        ``hostname`` True or False: only the terms keyed (or not) on the hostname (see _node_topology_cap)."""
         narrowed = req
         pod_reqs = cls.reqs
         for g, self_sel, policy in cls.spreads:
             key = g.key
+            if hostname is not None and (key == LABEL_HOSTNAME) is not hostname:
+                continue
             if key == LABEL_HOSTNAME:
                 count = g.counts.get(target.hostname, 0)
                 if self_sel:
@@ -1726,6 +1793,8 @@ class Scheduler:
                 narrowed = _pin(narrowed if narrowed is not None else target.req, key, d)
         for g, self_sel in cls.affinities:
             key = g.key
+            if hostname is not None and (key == LABEL_HOSTNAME) is not hostname:
+                continue
             options = self._possible(target, key, narrowed)
             pr = pod_reqs.get(key)
             with_pods = [d for d in options if g.counts.get(d, 0) > 0 and pr.has(d)]
@@ -1740,6 +1809,8 @@ class Scheduler:
                 narrowed = _pin(narrowed if narrowed is not None else target.req, key, with_pods[0])
         for g, self_sel in cls.antis:
             key = g.key
+            if hostname is not None and (key == LABEL_HOSTNAME) is not hostname:
+                continue
             options = self._possible(target, key, narrowed)
             empty = [d for d in options if g.counts.get(d, 0) == 0 and g.owners.get(d, 0) == 0] if self_sel else [
                 d for d in options if g.counts.get(d, 0) == 0
@@ -1754,7 +1825,7 @@ class Scheduler:
         # known domain, or the spread would be judged on counts that miss them: pin the claim to the
         # domain where they keep that spread most even. Upstream leaves the domain open (and counts
         # such pods only once it is known).
-        for g in (cls.selecting() if self.pin_counted else ()):
+        for g in (cls.selecting() if self.pin_counted and hostname is None else ()):
             if g.kind != SPREAD or g.key == LABEL_HOSTNAME:
                 continue
             options = self._possible(target, g.key, narrowed)
@@ -1763,6 +1834,8 @@ class Scheduler:
                 narrowed = _pin(narrowed if narrowed is not None else target.req, g.key, d)
         for g in cls.inverse():
             key = g.key
+            if hostname is not None and (key == LABEL_HOSTNAME) is not hostname:
+                continue
             options = self._possible(target, key, narrowed)
             free = [d for d in options if g.owners.get(d, 0) == 0]
             if not free:
@@ -1775,6 +1848,69 @@ class Scheduler:
             return k, None
         return k, narrowed
 
+    def _node_topology_cap(self, cls: _Class, node: _Node, k: int) -> int:
+        """:meth:`_topology_cap` of an existing node (its first value). Each topology term caps the pods a
+        node takes, or refuses it, from the counts in the node's domain of its key alone: the terms not keyed
+        on the hostname answer the same for every node in the same domains, so their cap is asked once per
+        domains and remembered until the next pod is recorded; the hostname terms are asked per node."""
+        plan = self._node_caps.get(id(cls))
+        if plan is None or plan[0] is not cls.rep:
+            groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
+            groups += cls.inverse()
+            keys = tuple(sorted({g.key for g in groups} - {LABEL_HOSTNAME}))
+            # the hostname terms, each read from its group's counts at the node's hostname (see below); None: a
+            # pod affinity on the hostname, asked of _topology_cap
+            on_host: list | None = []
+            for g, self_sel, _ in cls.spreads:
+                if g.key == LABEL_HOSTNAME:
+                    on_host.append((_HOST_SPREAD_SELF if self_sel else _HOST_SPREAD, g))
+            for g, self_sel in cls.antis:
+                if g.key == LABEL_HOSTNAME:
+                    on_host.append((_HOST_ANTI_SELF if self_sel else _HOST_ANTI, g))
+            for g in cls.inverse():
+                if g.key == LABEL_HOSTNAME:
+                    on_host.append((_HOST_INVERSE, g))
+            if any(g.key == LABEL_HOSTNAME for g, _ in cls.affinities):
+                on_host = None
+            plan = [cls.rep, keys, on_host, -1, {}, cls]
+            self._node_caps[id(cls)] = plan
+        _, keys, on_host, version, caps, _ = plan
+        labels = node.node.labels
+        doms = tuple(labels.get(key) for key in keys)
+        if None in doms:  # a domain not known: the terms may narrow where it could be; asked as a whole
+            return self._topology_cap(cls, node, k, None)[0]
+        if keys:
+            if version != self._topo_version:
+                caps = plan[4] = {}
+                plan[3] = self._topo_version
+            cap = caps.get(doms)
+            if cap is None:
+                cap = caps[doms] = self._topology_cap(cls, node, _HUGE, None, hostname=False)[0]
+            if cap <= 0:
+                return 0
+            k = min(k, cap)
+        if on_host is None:
+            return self._topology_cap(cls, node, k, None, hostname=True)[0]
+        if on_host:
+            # as _topology_cap asks them of a node, whose only hostname domain is its own
+            h = node.hostname
+            for kind, g in on_host:
+                if kind == _HOST_SPREAD_SELF:
+                    k = min(k, g.max_skew - g.counts.get(h, 0))
+                elif kind == _HOST_SPREAD:
+                    if g.counts.get(h, 0) > g.max_skew:
+                        return 0
+                elif kind == _HOST_ANTI_SELF:
+                    if g.counts.get(h, 0) or g.owners.get(h, 0):
+                        return 0
+                    k = min(k, 1)
+                elif kind == _HOST_ANTI:
+                    if g.counts.get(h, 0):
+                        return 0
+                elif g.owners.get(h, 0):  # _HOST_INVERSE
+                    return 0
+        return k
+
     def _blocked_by_inverse(self, cls: _Class, node: _Node) -> bool:
         for g in cls.inverse():
             d = node.domain(g.key)
@@ -1783,6 +1919,7 @@ class Scheduler:
         return False
 
     def _record(self, cls: _Class, target, n: int) -> None:
+        self._topo_version += 1
         for g in cls.selecting():
             d = target.domain(g.key)
             if d is not None:
