@@ -307,7 +307,7 @@ class _Claim:
         return None
 
 
-# the kinds of hostname topology terms Scheduler._node_topology_cap reads itself
+# the kinds of hostname topology terms Scheduler._known_topology_cap reads itself
 _HOST_SPREAD_SELF, _HOST_SPREAD, _HOST_ANTI_SELF, _HOST_ANTI, _HOST_INVERSE = range(5)
 
 _RANK_SHIFT = 32
@@ -763,7 +763,7 @@ class Scheduler:
         self._universe_parts_cache: dict = {}
         self._eligible_parts_cache: dict = {}
         # topology caps of existing nodes by their domains, per class, until the next pod is recorded (see
-        # _node_topology_cap); _topo_version counts the records
+        # _known_topology_cap); _topo_version counts the records
         self._topo_version = 0
         self._node_caps: dict[int, tuple] = {}
         self._built = False
@@ -1408,7 +1408,8 @@ class Scheduler:
             if k <= 0:
                 return 0, None
         if cls.topology_bound():
-            k = self._node_topology_cap(cls, node, k)
+            known = self._known_topology_cap(cls, node, k, None)
+            k = self._topology_cap(cls, node, k, None)[0] if known is None else known
             if k <= 0:
                 return 0, None
         elif self._blocked_by_inverse(cls, node):
@@ -1463,7 +1464,12 @@ class Scheduler:
         if cls.rep.host_ports:
             k = 1
         if cls.topology_bound():
-            k, narrowed = self._topology_cap(cls, claim, k, new_req)
+            # ZonePinning may pin a NodeClaim for a spread that only counts the class: asked as a whole then
+            known = None if self.pin_counted else self._known_topology_cap(cls, claim, k, new_req)
+            if known is None:
+                k, narrowed = self._topology_cap(cls, claim, k, new_req)
+            else:
+                k, narrowed = known, None
             if k <= 0:
                 return 0, None, None, "would violate topology constraints"
             if narrowed is not None:
@@ -1747,7 +1753,7 @@ class Scheduler:
     def _topology_cap(self, cls: _Class, target, k: int, req: Requirements | None,
                       hostname: bool | None = None) -> tuple[int, Requirements | None]:
         """How many of the class the target can take under topology rules, and the narrowed requirements.
-        ``hostname`` True or False: only the terms keyed (or not) on the hostname (see _node_topology_cap)."""
+        ``hostname`` True or False: only the terms keyed (or not) on the hostname (see _known_topology_cap)."""
         narrowed = req
         pod_reqs = cls.reqs
         for g, self_sel, policy in cls.spreads:
@@ -1848,11 +1854,14 @@ class Scheduler:
             return k, None
         return k, narrowed
 
-    def _node_topology_cap(self, cls: _Class, node: _Node, k: int) -> int:
-        """:meth:`_topology_cap` of an existing node (its first value). Each topology term caps the pods a
-        node takes, or refuses it, from the counts in the node's domain of its key alone: the terms not keyed
-        on the hostname answer the same for every node in the same domains, so their cap is asked once per
-        domains and remembered until the next pod is recorded; the hostname terms are asked per node."""
+    def _known_topology_cap(self, cls: _Class, target, k: int, req: Requirements | None) -> int | None:
+        """:meth:`_topology_cap`'s first value for an existing node (``req`` None) or a NodeClaim with the
+        requirements ``req`` whose domains of the class's topology keys are all known; None when one is not
+        (then terms may narrow where it goes: asked of _topology_cap as a whole). With every domain known, each
+        term caps the pods the target takes, or refuses it, from the counts in its domain of the term's key
+        alone: the terms not keyed on the hostname answer the same for every node and NodeClaim in the same
+        domains, so their cap is asked once per domains and remembered until the next pod is recorded; the
+        hostname terms are read per target."""
         plan = self._node_caps.get(id(cls))
         if plan is None or plan[0] is not cls.rep:
             groups = [g for g, *_ in cls.spreads] + [g for g, _ in cls.affinities] + [g for g, _ in cls.antis]
@@ -1875,25 +1884,34 @@ class Scheduler:
             plan = [cls.rep, keys, on_host, -1, {}, cls]
             self._node_caps[id(cls)] = plan
         _, keys, on_host, version, caps, _ = plan
-        labels = node.node.labels
-        doms = tuple(labels.get(key) for key in keys)
-        if None in doms:  # a domain not known: the terms may narrow where it could be; asked as a whole
-            return self._topology_cap(cls, node, k, None)[0]
+        if req is None:
+            labels = target.node.labels
+            doms = tuple(labels.get(key) for key in keys)
+            if None in doms:
+                return None
+        else:
+            known = []
+            for key in keys:
+                r = req._reqs.get(key)
+                if r is None or r.complement or len(r.values) != 1:
+                    return None
+                known.append(next(iter(r.values)))
+            doms = tuple(known)
         if keys:
             if version != self._topo_version:
                 caps = plan[4] = {}
                 plan[3] = self._topo_version
             cap = caps.get(doms)
             if cap is None:
-                cap = caps[doms] = self._topology_cap(cls, node, _HUGE, None, hostname=False)[0]
+                cap = caps[doms] = self._topology_cap(cls, target, _HUGE, req, hostname=False)[0]
             if cap <= 0:
                 return 0
             k = min(k, cap)
         if on_host is None:
-            return self._topology_cap(cls, node, k, None, hostname=True)[0]
+            return self._topology_cap(cls, target, k, req, hostname=True)[0]
         if on_host:
-            # as _topology_cap asks them of a node, whose only hostname domain is its own
-            h = node.hostname
+            # as _topology_cap asks them, of the target's own hostname
+            h = target.hostname
             for kind, g in on_host:
                 if kind == _HOST_SPREAD_SELF:
                     k = min(k, g.max_skew - g.counts.get(h, 0))
