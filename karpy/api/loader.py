@@ -889,10 +889,69 @@ def _finish(result: LoadResult, scenarios: list[tuple[str, int, str]]) -> None:
                                             duplicate_object_message(d.kind, d.namespace, d.name, _where(seen))))
     _skip_in_apply_steps(result)
     autoscaling.apply_autoscalers(result.documents, result.autoscalers, result.errors, result.notes)
+    _share_pod_subtrees(result.documents)
     scenario = result.scenario
     note = nodeoverlay.gate_off_note([d.obj for d in result.documents], scenario.obj if scenario else None)
     if note:
         result.notes.append(note)
+
+
+def _share_pod_subtrees(documents: list[Document]) -> None:
+    """Make the equal specs and labels of Pods one object each, and equal parts of their specs too.
+
+    Pods written out one by one (a generated manifest of thousands) repeat the same containers, requests and
+    affinities in objects of their own; shared, they take their memory once, and karpy's pod compiler, which
+    knows pods stamped from one template by the identity of their specs' parts, compiles each shape once
+    (as it does for a Deployment's pods). Manifests are never mutated once loaded, so sharing is safe. Only
+    maps and lists are shared, each only with an equal one with its keys in the same order."""
+    table: dict[tuple, Any] = {}
+    for d in documents:
+        obj = d.obj
+        if d.kind != "Pod" or not isinstance(obj, dict):
+            continue
+        spec = obj.get("spec")
+        if type(spec) is dict:
+            obj["spec"] = _shared(spec, table)
+        meta = obj.get("metadata")
+        labels = meta.get("labels") if type(meta) is dict else None
+        if type(labels) is dict:
+            meta["labels"] = _shared(labels, table)
+
+
+def _shared(v: Any, table: dict[tuple, Any]) -> Any:
+    """The one object in ``table`` equal to the map or list ``v`` (``v`` itself, its parts shared, when it is the
+    first). Its key holds the keys, each value's type and each scalar value (True, 1 and 1.0 are not the same
+    JSON), and the identity of each map or list in it, already shared."""
+    key: list[Any] = []
+    if type(v) is dict:
+        key.append(dict)
+        for k, x in v.items():
+            t = type(x)
+            if t is dict or t is list:
+                y = _shared(x, table)
+                if y is not x:
+                    v[k] = y
+                key.append(k)
+                key.append(t)
+                key.append(id(y))
+            else:
+                key.append(k)
+                key.append(t)
+                key.append(repr(x) if t is float else x)  # (-0.0 == 0.0)
+    else:
+        key.append(list)
+        for i, x in enumerate(v):
+            t = type(x)
+            if t is dict or t is list:
+                y = _shared(x, table)
+                if y is not x:
+                    v[i] = y
+                key.append(t)
+                key.append(id(y))
+            else:
+                key.append(t)
+                key.append(repr(x) if t is float else x)
+    return table.setdefault(tuple(key), v)
 
 
 def _skip_in_apply_steps(result: LoadResult) -> None:
