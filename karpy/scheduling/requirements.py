@@ -258,8 +258,12 @@ class Requirements:
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> "Requirements":
         out = cls()
+        reqs = out._reqs
         for k, v in labels.items():
-            out.add(Requirement.new(k, IN, [v]))
+            key = _NORMALIZED_KEYS.get(k, k)
+            r = Requirement(key, False, frozenset((str(v),)))  # Requirement.new(k, IN, [v]), built directly
+            existing = reqs.get(key)
+            reqs[key] = r if existing is None else r.intersection(existing)
         return out
 
     @classmethod

@@ -1072,22 +1072,27 @@ class Scheduler:
         nz = cls.nz_list
         # the nodes with room for one pod of the class, among those its constraints allow at all
         static = self._static_mask(cls)
+        quota: list[int] | None = None  # per node of ``order``, how many pods of the class its free resources hold
         if nz:
-            room = np.all(self._alloc_mat[:, nz] - self._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
+            # a node's free resources change only when it takes pods, and a pass visits each node once
+            quot = ((self._alloc_mat[:, nz] - self._used_mat[:, nz]) // cls.request_vec[nz]).min(axis=1)
+            room = quot > 0
             if static is not None:
                 room &= static
-            order = np.flatnonzero(room[self._rows])
+            pos = np.flatnonzero(room[self._rows])
+            quota = quot[self._rows[pos]].tolist()
+            order = pos.tolist()
         elif static is not None:
-            order = np.flatnonzero(static[self._rows])
+            order = np.flatnonzero(static[self._rows]).tolist()
         else:
             order = range(len(self.nodes))
         checked = static is not None
         placed = False
-        for i in order:
-            node = self.nodes[int(i)]
+        for j, i in enumerate(order):
+            node = self.nodes[i]
             if not cls.pods:
                 break
-            n, req = self._cap_node(cls, node, len(cls.pods), checked)
+            n, req = self._cap_node(cls, node, len(cls.pods), checked, None if quota is None else quota[j])
             if n > 0:
                 placed = True
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
@@ -1386,19 +1391,23 @@ class Scheduler:
             return True
         return cls.volumes is not None and not cls.volumes.satisfied_by_labels(node.labels)
 
-    def _cap_node(self, cls: _Class, node: _Node, want: int, checked: bool = False) -> tuple[int, None]:
+    def _cap_node(self, cls: _Class, node: _Node, want: int, checked: bool = False,
+                  quota: int | None = None) -> tuple[int, None]:
         """How many of the class's next ``want`` pods the existing node takes (``checked``: the node passed
-        :meth:`_static_refusal` already)."""
+        :meth:`_static_refusal` already; ``quota``: how many its free resources hold, if known)."""
         if not checked and self._static_refusal(cls, node):
             return 0, None
         if cls.rep.host_ports and _ports_conflict(cls.rep.host_ports, self._ports.get(node.row, node.node.host_ports)):
             return 0, None
-        avail = node.alloc - self._used_mat[node.row]
-        k = want
-        for j in cls.nz_list:
-            q = int(avail[j]) // int(cls.request_vec[j])
-            if q < k:
-                k = q
+        if quota is not None:
+            k = min(want, quota)
+        else:
+            avail = node.alloc - self._used_mat[node.row]
+            k = want
+            for j in cls.nz_list:
+                q = int(avail[j]) // int(cls.request_vec[j])
+                if q < k:
+                    k = q
         if k <= 0:
             return 0, None
         if cls.rep.host_ports:
