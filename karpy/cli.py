@@ -126,7 +126,7 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         _fail_input(problems)
     user_prices = _load_prices(prices) if prices is not None else None
     try:
-        from .simulator.output import render_json_bytes, render_table, render_yaml
+        from .simulator.output import render_table, render_yaml, write_json
         from .simulator.sim import Simulation
 
         documents = loaded.documents
@@ -155,7 +155,8 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         finally:
             if progress is not None:
                 progress.close()
-        text = {"table": render_table, "json": render_json_bytes, "yaml": render_yaml}[output](sim)
+        # JSON is written as it is rendered (below), never held whole: at 100,000 pods it is most of a gigabyte
+        text = None if output == "json" else {"table": render_table, "yaml": render_yaml}[output](sim)
         if plot is not None:
             from .compare.plots import plot_runs
             from .simulator.output import summary
@@ -164,11 +165,16 @@ def simulate(paths: tuple[str, ...], output: str, until: str | None, quiet: bool
         if sim.stopped:
             click.echo(f"warning: {sim.stopped}", err=True)
         _note_estimated_prices(sim)
+        if text is None:
+            stdout = click.get_binary_stream("stdout")
+            write_json(sim, stdout)
+            stdout.flush()
     except Exception as e:  # pragma: no cover - an internal failure, reported as such
         click.echo(f"internal error: {e}", err=True)
         traceback.print_exc()
         sys.exit(1)
-    click.echo(text, nl=False)
+    if text is not None:
+        click.echo(text, nl=False)
     _exit_without_teardown()
 
 
