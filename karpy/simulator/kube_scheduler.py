@@ -316,8 +316,9 @@ class KubeScheduler:
         labels = dict(obj["metadata"].get("labels") or {})
         if labels != n.labels:
             self.nodes_version += 1
-            self._set_domains(n, n.labels, -1)
-            self._set_domains(n, labels, +1)
+            # only the labels that changed move the node between domains (a node gains a label or two at a time)
+            self._set_domains(n, {k: d for k, d in n.labels.items() if labels.get(k) != d}, -1)
+            self._set_domains(n, {k: d for k, d in labels.items() if n.labels.get(k) != d}, +1)
             # placed pods move domains with their node
             for key in n.pods:
                 info = self.bound[key][1]
