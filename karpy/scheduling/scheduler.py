@@ -309,6 +309,7 @@ class _Claim:
 
 # the kinds of hostname topology terms Scheduler._known_topology_cap reads itself
 _HOST_SPREAD_SELF, _HOST_SPREAD, _HOST_ANTI_SELF, _HOST_ANTI, _HOST_INVERSE = range(5)
+_SPREAD = 5  # a spread on another key (Scheduler._domains_cap; the anti-affinity and inverse kinds serve there too)
 
 _RANK_SHIFT = 32
 _RANK_OFFSET = 1 << 31
@@ -483,7 +484,7 @@ class _Class:
         self._eligible: dict[tuple, list[str]] = {}  # see Scheduler._eligible_domains
         if memo is not None and key is not None and p.volume_requirements is None and not p.dra:
             key = (key, p.moving)
-            # names what the preparation may remember of this class (see Scheduler._static_mask)
+            # names what the preparation may remember of this class (see Scheduler._candidate_rows)
             self.memo_key: tuple | None = key
             hit = memo.get(key)
             if hit is not None and self._adopt(hit):
@@ -642,7 +643,7 @@ class Prepared:
         self.inputs = [n.node for n in base.nodes]
         # what a solve derived of each pod class not yet relaxed, for the other solves (see _Class.derive)
         self.class_memo: dict[tuple, tuple] = {}
-        # per such class, which prepared nodes it may ever land on (see Scheduler._static_mask)
+        # per such class, which prepared nodes it may ever land on (see Scheduler._candidate_rows)
         self.static_memo: dict[tuple, np.ndarray] = {}
         self.takes_moving = np.fromiter((n.node.takes_moving for n in base.nodes), dtype=bool, count=len(base.nodes))
         by_taints: dict[tuple, list[int]] = {}
@@ -686,6 +687,9 @@ class Scheduler:
             del s.nodes[i]
             del s._existing_input[i]
         s._gone = [base.nodes[i] for i in drop]
+        if drop:
+            s._present = np.ones(len(base.nodes), dtype=bool)
+            s._present[drop] = False
         s._prep = prep
         s._class_memo = prep.class_memo
         s._rows = np.delete(prep.rows, drop) if drop else prep.rows.copy()
@@ -760,6 +764,7 @@ class Scheduler:
         self._prep: Prepared | None = None  # a solve made by from_prepared: the shared base
         self._class_memo: dict[tuple, tuple] | None = None  # from_prepared: the preparation's class derivations
         self._gone: list[_Node] = []  # prepared nodes this solve leaves out
+        self._present: np.ndarray | None = None  # from_prepared: per prepared node row, False for those left out
         self._universe_parts_cache: dict = {}
         self._eligible_parts_cache: dict = {}
         # topology caps of existing nodes by their domains, per class, until the next pod is recorded (see
@@ -1070,26 +1075,33 @@ class Scheduler:
         if not (self.nodes and cls.pods):
             return False
         nz = cls.nz_list
-        # the nodes with room for one pod of the class, among those its constraints allow at all
-        static = self._static_mask(cls)
-        quota: list[int] | None = None  # per node of ``order``, how many pods of the class its free resources hold
-        if nz:
-            # a node's free resources change only when it takes pods, and a pass visits each node once
-            quot = ((self._alloc_mat[:, nz] - self._used_mat[:, nz]) // cls.request_vec[nz]).min(axis=1)
-            room = quot > 0
-            if static is not None:
-                room &= static
-            pos = np.flatnonzero(room[self._rows])
-            quota = quot[self._rows[pos]].tolist()
-            order = pos.tolist()
-        elif static is not None:
-            order = np.flatnonzero(static[self._rows]).tolist()
+        # the nodes with room for one pod of the class, in order, and how many its free resources hold (a node's
+        # free resources change only when it takes pods, and a pass visits each node once)
+        quota: list[int] | None = None
+        cand = self._candidate_rows(cls)
+        if cand is not None:  # (rows of the preparation's nodes)
+            if self._present is not None:
+                cand = cand[self._present[cand]]
+            nodes = self._prep.base.nodes
+            if nz:
+                quot = ((self._alloc_mat[cand][:, nz] - self._used_mat[cand][:, nz]) // cls.request_vec[nz]).min(axis=1)
+                room = quot > 0
+                quota = quot[room].tolist()
+                order = cand[room].tolist()
+            else:
+                order = cand.tolist()
         else:
-            order = range(len(self.nodes))
-        checked = static is not None
+            nodes = self.nodes
+            if nz:
+                rows = self._rows
+                room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
+                order = np.flatnonzero(room).tolist()
+            else:
+                order = range(len(self.nodes))
+        checked = cand is not None
         placed = False
         for j, i in enumerate(order):
-            node = self.nodes[i]
+            node = nodes[i]
             if not cls.pods:
                 break
             n, req = self._cap_node(cls, node, len(cls.pods), checked, None if quota is None else quota[j])
@@ -1354,11 +1366,13 @@ class Scheduler:
                 return i
         return k
 
-    def _static_mask(self, cls: _Class) -> np.ndarray | None:
-        """For a solve over a preparation, per prepared node row, whether the class may land on the node at all
-        (what :meth:`_static_refusal` asks), remembered by the preparation for the classes it remembers: their
-        constraints are the same in every solve over it. None for other classes (relaxed, with volumes, or in a
-        solve of its own): their nodes are asked one by one, only those with room."""
+    def _candidate_rows(self, cls: _Class) -> np.ndarray | None:
+        """For a solve over a preparation, the rows of the prepared nodes (in order) that may take a pod of the
+        class at all: nodes :meth:`_static_refusal` does not refuse, with room for one pod in the preparation
+        (a solve only adds pods to a node, so a node without room there never has room in a solve). Remembered
+        by the preparation for the classes it remembers: their constraints are the same in every solve over it.
+        None for other classes (relaxed, with volumes, or in a solve of its own): their nodes are asked one by
+        one, those with room."""
         key = cls.memo_key
         if key is None or self._prep is None:
             return None
@@ -1371,12 +1385,16 @@ class Scheduler:
             for taints, rows in prep.taint_rows:
                 if tolerates_all(cls.tolerations, taints) is not None:
                     hit[rows] = False
+            nz = cls.nz_list
+            if nz:
+                base = prep.base
+                hit &= np.all(base._alloc_mat[:, nz] - base._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
             if len(cls.reqs):
                 nodes = prep.base.nodes
                 for i in np.flatnonzero(hit).tolist():
                     if not cls.reqs.satisfied_by_labels(nodes[i].labels):
                         hit[i] = False
-            memo[key] = hit
+            hit = memo[key] = np.flatnonzero(hit)
         return hit
 
     @staticmethod
@@ -1890,9 +1908,24 @@ class Scheduler:
                     on_host.append((_HOST_INVERSE, g))
             if any(g.key == LABEL_HOSTNAME for g, _ in cls.affinities):
                 on_host = None
-            plan = [cls.rep, keys, on_host, -1, {}, cls]
+            # the other terms, each read from its group's counts in the target's domain of its key (the
+            # position of the key in ``keys``); None: a pod affinity, asked of _topology_cap
+            others: list | None = []
+            for g, self_sel, policy in cls.spreads:
+                if g.key != LABEL_HOSTNAME:
+                    others.append((_SPREAD, g, keys.index(g.key), self_sel, self._eligible_domains(g.key, cls, policy),
+                                   cls.reqs.get(g.key)))
+            for g, self_sel in cls.antis:
+                if g.key != LABEL_HOSTNAME:
+                    others.append((_HOST_ANTI_SELF if self_sel else _HOST_ANTI, g, keys.index(g.key), None, None, None))
+            for g in cls.inverse():
+                if g.key != LABEL_HOSTNAME:
+                    others.append((_HOST_INVERSE, g, keys.index(g.key), None, None, None))
+            if any(g.key != LABEL_HOSTNAME for g, _ in cls.affinities):
+                others = None
+            plan = [cls.rep, keys, on_host, -1, {}, cls, others]
             self._node_caps[id(cls)] = plan
-        _, keys, on_host, version, caps, _ = plan
+        _, keys, on_host, version, caps, _, others = plan
         if req is None:
             labels = target.node.labels
             doms = tuple(labels.get(key) for key in keys)
@@ -1912,7 +1945,11 @@ class Scheduler:
                 plan[3] = self._topo_version
             cap = caps.get(doms)
             if cap is None:
-                cap = caps[doms] = self._topology_cap(cls, target, _HUGE, req, hostname=False)[0]
+                if others is None:
+                    cap = self._topology_cap(cls, target, _HUGE, req, hostname=False)[0]
+                else:
+                    cap = self._domains_cap(others, doms)
+                caps[doms] = cap
             if cap <= 0:
                 return 0
             k = min(k, cap)
@@ -1936,6 +1973,40 @@ class Scheduler:
                         return 0
                 elif g.owners.get(h, 0):  # _HOST_INVERSE
                     return 0
+        return k
+
+    @staticmethod
+    def _domains_cap(terms: list, doms: tuple) -> int:
+        """The cap of the topology terms not keyed on the hostname (no pod affinity among them) for a target in
+        the domains ``doms``, as _topology_cap asks each of a target whose only domain of the key is known;
+        0: refused."""
+        k = _HUGE
+        for kind, g, i, self_sel, eligible, pr in terms:
+            d = doms[i]
+            if kind == _SPREAD:
+                counts = g.counts
+                few = g.min_domains is not None and len(eligible) < g.min_domains
+                gmin = 0 if few else min((counts.get(x, 0) for x in eligible), default=0)
+                if not pr.has(d):
+                    return 0
+                here = counts.get(d, 0)
+                if here + (1 if self_sel else 0) - gmin > g.max_skew:
+                    return 0
+                if self_sel:
+                    low = min((counts.get(x, 0) for x in eligible if x != d), default=None)
+                    if low is not None:
+                        k = min(k, g.max_skew + (0 if few else low) - here)
+                        if k <= 0:
+                            return 0
+            elif kind == _HOST_ANTI_SELF:
+                if g.counts.get(d, 0) or g.owners.get(d, 0):
+                    return 0
+                k = min(k, 1)
+            elif kind == _HOST_ANTI:
+                if g.counts.get(d, 0):
+                    return 0
+            elif g.owners.get(d, 0):  # _HOST_INVERSE
+                return 0
         return k
 
     def _blocked_by_inverse(self, cls: _Class, node: _Node) -> bool:
