@@ -61,7 +61,8 @@ class Manager:
         self._idle: deque[tuple[Controller, Any]] = deque()  # run once everything else at this instant is done
         self._queued: set[tuple[int, Any]] = set()
         self._feed: deque[tuple[str, dict]] = deque()
-        self._timers: dict[tuple[int, Any], Any] = {}
+        self._timers: dict[tuple[int, Any], tuple[Any, int]] = {}  # (controller, key) -> (timer, its number)
+        self._timer_seq = 0
         self._conflicts: dict[tuple[int, Any], int] = {}
         self.last_activity = clock.now()
         self.started = False
@@ -199,20 +200,28 @@ class Manager:
         """Run ``controller`` for ``key`` again ``seconds`` from now (the earliest request wins)."""
         qk = (id(controller), key)
         when = self.clock.now() + max(0.0, seconds)
-        t = self._timers.get(qk)
+        hit = self._timers.get(qk)
+        t = hit[0] if hit is not None else None
         if t is not None and not t.cancelled and t.when <= when:
             return
         if t is not None:
             t.cancel()
+        self._timer_seq += 1
+        token = self._timer_seq
+        timers = self._timers
 
+        # The function knows its timer by a number, not by the timer itself: a timer holding a function that
+        # holds the timer is a reference cycle, which only the cyclic collector frees (karpy simulate keeps
+        # its heap out of that collector's reach, so every fired or replaced timer would stay for good).
         def fire() -> None:
-            if self._timers.get(qk) is timer:
-                del self._timers[qk]
+            hit = timers.get(qk)
+            if hit is not None and hit[1] == token:
+                del timers[qk]
             self.enqueue(controller, key)
 
         timer = self.clock.call_at(when, fire, keepalive=keepalive, label=f"{controller.name}/{key}",
                                    priority=getattr(controller, "priority", 0))
-        self._timers[qk] = timer
+        timers[qk] = (timer, token)
 
     def busy(self) -> bool:
         return bool(self._queue or self._idle or self._feed)
