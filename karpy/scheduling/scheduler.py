@@ -758,7 +758,7 @@ class Scheduler:
         self._universe_cache: dict[str, set[str]] = {}
         self._eligible_cache: dict[tuple, list[str]] = {}
         self._keys_cache: set[str] | None = None
-        self._keys_seen: dict = {}
+        self._keys_seen = 0  # how many groups _keys_cache was taken from
         self._ports: dict[int, set] = {}  # host ports placed on existing nodes (by row)
         self._volumes: dict[int, dict[str, set]] = {}  # volumes by CSI driver on existing nodes with limits (by row)
         self._prep: Prepared | None = None  # a solve made by from_prepared: the shared base
@@ -1516,7 +1516,14 @@ class Scheduler:
         # how many pods of this size each remaining type can still take
         nz = cls.nz
         per_type = None
-        if len(nz):
+        if len(nz) and k == 1:
+            # one pod (a class placed one at a time): the types with room for it, compared rather than divided;
+            # per_type is read below only for more than one pod
+            per_type = (ts.alloc[idx][:, nz] >= claim.used[nz] + cls.request_vec[nz]).all(axis=1)
+            if not per_type.any():
+                return 0, None, None, "no instance type has enough resources"
+            idx_k = idx[per_type]
+        elif len(nz):
             avail = ts.alloc[idx][:, nz] - claim.used[nz]
             per_type = (avail // cls.request_vec[nz]).min(axis=1)
             best = int(per_type.max()) if len(per_type) else 0
@@ -1618,10 +1625,10 @@ class Scheduler:
 
     def _group_keys(self) -> set[str]:
         keys = self._keys_cache
-        if keys is None or len(self._keys_seen) != len(self.topology.groups):
-            keys = {g.key for g in self.topology.groups.values()} - {LABEL_HOSTNAME}
+        if keys is None or self._keys_seen != len(self.topology.groups):
+            keys = self.topology.keys() - {LABEL_HOSTNAME}
             self._keys_cache = keys
-            self._keys_seen = dict(self.topology.groups)
+            self._keys_seen = len(self.topology.groups)
         return keys
 
     def _new_claim(self, cls: _Class, want: int | None = None) -> tuple[bool, str | None]:

@@ -104,26 +104,62 @@ class TopologyGroup:
         return f"pod {self.kind} on {self.key} (selector {self.selector})"
 
 
+class _ClonedGroups(dict):
+    """The groups of a cloned registry, by ident: each holds its original until first read, and is cloned
+    then (see TopologyGroup.clone), so a solve pays for the groups it reads, not for every group."""
+
+    __slots__ = ("_originals",)
+
+    def __init__(self, originals: dict[tuple, TopologyGroup]):
+        super().__init__(originals)
+        self._originals = set(originals)  # idents whose value is still the original
+
+    def _own(self, ident: tuple, g: TopologyGroup) -> TopologyGroup:
+        if ident in self._originals:
+            self._originals.discard(ident)
+            g = g.clone()
+            dict.__setitem__(self, ident, g)
+        return g
+
+    def __getitem__(self, ident: tuple) -> TopologyGroup:
+        return self._own(ident, dict.__getitem__(self, ident))
+
+    def get(self, ident, default=None):
+        g = dict.get(self, ident)
+        return default if g is None else self._own(ident, g)
+
+    def raw_items(self):
+        """(ident, group) pairs without cloning: a group's kind, key, namespaces and selector are its original's."""
+        return dict.items(self)
+
+    def values(self):
+        return [self._own(i, g) for i, g in dict.items(self)]
+
+    def items(self):
+        return [(i, self._own(i, g)) for i, g in dict.items(self)]
+
+
 class Topology:
     """The registry of topology groups for one solve."""
 
     def __init__(self) -> None:
         self.groups: dict[tuple, TopologyGroup] = {}
         self._selecting_cache: dict[tuple, list[TopologyGroup]] = {}
-        # a clone's original answers of which groups select a pod, and its groups' clones by the original's id:
-        # those answers hold for the clone (the same groups in the same order), translated when first asked
+        # a clone's original answers of which groups select a pod: they hold for the clone (the same groups in
+        # the same order), translated to its own groups when first asked
         self._origin_cache: dict[tuple, list[TopologyGroup]] | None = None
-        self._clones: dict[int, TopologyGroup] = {}
 
     def clone(self) -> "Topology":
         """The same groups with the same counts, for one solve; this registry must not record any more."""
         t = Topology()
-        clones = t._clones
-        groups = t.groups
-        for ident, g in self.groups.items():
-            groups[ident] = clones[id(g)] = g.clone()
+        t.groups = _ClonedGroups(self.groups)
         t._origin_cache = self._selecting_cache
         return t
+
+    def keys(self) -> set[str]:
+        """The topology keys of the groups (without cloning any)."""
+        groups = self.groups
+        return {g.key for _, g in (groups.raw_items() if isinstance(groups, _ClonedGroups) else groups.items())}
 
     def _get(self, group: TopologyGroup) -> TopologyGroup:
         existing = self.groups.get(group.ident)
@@ -160,10 +196,14 @@ class Topology:
             if self._origin_cache is not None:
                 hit = self._origin_cache.get(cache_key)
                 if hit is not None:
-                    clones = self._clones
-                    hit = self._selecting_cache[cache_key] = [clones[id(g)] for g in hit]
+                    groups = self.groups
+                    hit = self._selecting_cache[cache_key] = [groups[g.ident] for g in hit]
                     return hit
-        out = [g for g in self.groups.values() if g.selects(namespace, labels)]
+        groups = self.groups
+        if isinstance(groups, _ClonedGroups):
+            out = [groups[i] for i, g in groups.raw_items() if g.selects(namespace, labels)]
+        else:
+            out = [g for g in groups.values() if g.selects(namespace, labels)]
         if cache_key is not None:
             self._selecting_cache[cache_key] = out
         return out
