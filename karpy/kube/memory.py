@@ -299,7 +299,7 @@ class MemoryAPI:
     def _emit(self, kind: str, etype: str, obj: dict, old: dict | None) -> None:
         self.kind_rv[kind] = self._rv
         watchers = self._watchers.get(kind)
-        sized = self.history_bytes is not None or any(w.bounded for w in watchers or ())
+        sized = self.history_bytes is not None or (watchers is not None and any(w.bounded for w in watchers))
         size = object_size(obj) if sized else 0
         if self.keep_history:
             rv = int(_meta(obj).get("resourceVersion") or self._rv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any, Mapping
 
 from ..disruption.state import PodState
@@ -15,8 +16,10 @@ CRITICAL_PRIORITY = {"system-cluster-critical": 2000000000, "system-node-critica
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name``; one string object per pod however often it is asked (interned: the cluster state, the
+    kube-scheduler and the controllers each keep pods by key, a copy each otherwise)."""
     meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    return sys.intern(f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}")
 
 
 def phase(pod: Mapping[str, Any]) -> str:
