@@ -378,9 +378,26 @@ def compile_pod(obj: Mapping, priority: int = 0, runtime_overhead: Mapping[str, 
     return info
 
 
+class ClassKey(tuple):
+    """A pod's class key: a tuple that computes its hash once. Its parts (tolerations, spread constraints,
+    affinity terms) hash through Python code, and the solver looks classes up by key for every pod of every
+    simulation. Rebuilt, not copied, when pickled: string hashes differ between processes."""
+
+    def __new__(cls, parts):
+        self = super().__new__(cls, parts)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return ClassKey, (tuple(self),)
+
+
 def class_key(p: PodInfo) -> tuple:
     """Everything that decides where a pod may go; equal keys schedule alike."""
-    return (
+    return ClassKey((
         p.namespace,
         tuple(sorted(p.labels.items())),
         tuple(sorted(p.requests.items())),
@@ -395,7 +412,7 @@ def class_key(p: PodInfo) -> tuple:
         tuple(p.preferred_anti_affinity),
         tuple(sorted(p.host_ports)),
         p.volume_requirements.signature() if p.volume_requirements is not None else None,
-    ) + (("dra",) if p.dra else ())
+    ) + (("dra",) if p.dra else ()))
 
 
 def copy_for_relaxation(p: PodInfo) -> PodInfo:
@@ -433,6 +450,6 @@ def moving(p: PodInfo) -> PodInfo:
     if q is None:
         q = copy_for_relaxation(p)
         q.moving = True
-        q.class_key = p.class_key + ("moving",)
+        q.class_key = ClassKey(p.class_key + ("moving",))
         p.__dict__["_moving"] = q
     return q
