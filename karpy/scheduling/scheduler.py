@@ -644,7 +644,7 @@ class Prepared:
         # what a solve derived of each pod class not yet relaxed, for the other solves (see _Class.derive)
         self.class_memo: dict[tuple, tuple] = {}
         # per such class, which prepared nodes it may ever land on (see Scheduler._candidate_rows)
-        self.static_memo: dict[tuple, np.ndarray] = {}
+        self.static_memo: dict[tuple, tuple] = {}
         self.takes_moving = np.fromiter((n.node.takes_moving for n in base.nodes), dtype=bool, count=len(base.nodes))
         by_taints: dict[tuple, list[int]] = {}
         for n in base.nodes:
@@ -690,9 +690,10 @@ class Scheduler:
         if drop:
             s._present = np.ones(len(base.nodes), dtype=bool)
             s._present[drop] = False
+            s._gone_rows = set(drop)
         s._prep = prep
         s._class_memo = prep.class_memo
-        s._rows = np.delete(prep.rows, drop) if drop else prep.rows.copy()
+        s._rows = prep.rows  # read only without _present (see _place_existing)
         s._alloc_mat = base._alloc_mat
         s._used_mat = base._used_mat.copy()
         # topology: the prepared counts, less what the excluded nodes held
@@ -765,6 +766,8 @@ class Scheduler:
         self._class_memo: dict[tuple, tuple] | None = None  # from_prepared: the preparation's class derivations
         self._gone: list[_Node] = []  # prepared nodes this solve leaves out
         self._present: np.ndarray | None = None  # from_prepared: per prepared node row, False for those left out
+        self._gone_rows: set[int] = set()  # from_prepared: the rows of those left out
+        self._touched: set[int] = set()  # rows of the existing nodes this solve placed pods on
         self._universe_parts_cache: dict = {}
         self._eligible_parts_cache: dict = {}
         # topology caps of existing nodes by their domains, per class, until the next pod is recorded (see
@@ -1079,21 +1082,27 @@ class Scheduler:
         # free resources change only when it takes pods, and a pass visits each node once)
         quota: list[int] | None = None
         cand = self._candidate_rows(cls)
-        if cand is not None:  # (rows of the preparation's nodes)
-            if self._present is not None:
-                cand = cand[self._present[cand]]
+        if cand is not None:  # rows of the preparation's nodes, and how many pods each held there
             nodes = self._prep.base.nodes
-            if nz:
-                quot = ((self._alloc_mat[cand][:, nz] - self._used_mat[cand][:, nz]) // cls.request_vec[nz]).min(axis=1)
-                room = quot > 0
-                quota = quot[room].tolist()
-                order = cand[room].tolist()
-            else:
-                order = cand.tolist()
+            order, quota = cand
+            gone, touched = self._gone_rows, self._touched
+            if gone or touched:
+                kept, kept_quota = [], []
+                for row, q in zip(order, quota if quota is not None else order):
+                    if row in gone:
+                        continue
+                    if quota is not None and row in touched:  # it took pods in this solve
+                        free = self._alloc_mat[row] - self._used_mat[row]
+                        q = min(int(free[j]) // int(cls.request_vec[j]) for j in nz)
+                        if q <= 0:
+                            continue
+                    kept.append(row)
+                    kept_quota.append(q)
+                order, quota = kept, (kept_quota if quota is not None else None)
         else:
             nodes = self.nodes
             if nz:
-                rows = self._rows
+                rows = self._rows if self._present is None else self._prep.rows[self._present]
                 room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
                 order = np.flatnonzero(room).tolist()
             else:
@@ -1109,6 +1118,7 @@ class Scheduler:
                 placed = True
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
                 self._used_mat[node.row] += cls.request_vec * n
+                self._touched.add(node.row)
                 if cls.rep.host_ports:
                     ports = self._ports.get(node.row)
                     if ports is None:
@@ -1366,13 +1376,14 @@ class Scheduler:
                 return i
         return k
 
-    def _candidate_rows(self, cls: _Class) -> np.ndarray | None:
+    def _candidate_rows(self, cls: _Class) -> tuple[list[int], list[int] | None] | None:
         """For a solve over a preparation, the rows of the prepared nodes (in order) that may take a pod of the
         class at all: nodes :meth:`_static_refusal` does not refuse, with room for one pod in the preparation
         (a solve only adds pods to a node, so a node without room there never has room in a solve). Remembered
         by the preparation for the classes it remembers: their constraints are the same in every solve over it.
         None for other classes (relaxed, with volumes, or in a solve of its own): their nodes are asked one by
-        one, those with room."""
+        one, those with room. With the rows, how many pods of the class each node's free resources held in the
+        preparation (None: the class requests nothing)."""
         key = cls.memo_key
         if key is None or self._prep is None:
             return None
@@ -1386,15 +1397,18 @@ class Scheduler:
                 if tolerates_all(cls.tolerations, taints) is not None:
                     hit[rows] = False
             nz = cls.nz_list
+            quot = None
             if nz:
                 base = prep.base
-                hit &= np.all(base._alloc_mat[:, nz] - base._used_mat[:, nz] >= cls.request_vec[nz], axis=1)
+                quot = ((base._alloc_mat[:, nz] - base._used_mat[:, nz]) // cls.request_vec[nz]).min(axis=1)
+                hit &= quot > 0
             if len(cls.reqs):
                 nodes = prep.base.nodes
                 for i in np.flatnonzero(hit).tolist():
                     if not cls.reqs.satisfied_by_labels(nodes[i].labels):
                         hit[i] = False
-            hit = memo[key] = np.flatnonzero(hit)
+            rows = np.flatnonzero(hit)
+            hit = memo[key] = (rows.tolist(), None if quot is None else quot[rows].tolist())
         return hit
 
     @staticmethod
