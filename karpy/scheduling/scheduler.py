@@ -212,11 +212,20 @@ class _TemplateState:
                 self.daemon_ports.append((p.host_ports, mask))
         self.daemon = daemon
         self.alloc = alloc - daemon  # what pods can use on each type
+        self._columns: dict[tuple, np.ndarray] = {}  # see columns
         self.all_idx = np.arange(n, dtype=np.int64)
         self.fits_daemons = (self.alloc >= 0).all(axis=1) if nres else np.ones(n, dtype=bool)
         order = sorted(range(n), key=lambda i: self.types[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
+
+    def columns(self, nz: list[int]) -> np.ndarray:
+        """The types' allocatable for pods in the resources ``nz`` only (a pod class's requests)."""
+        key = tuple(nz)
+        m = self._columns.get(key)
+        if m is None:
+            m = self._columns[key] = np.ascontiguousarray(self.alloc[:, nz])
+        return m
 
     def port_mask(self, ports: frozenset) -> np.ndarray | None:
         """Types on which no DaemonSet that runs there uses one of ``ports`` (None: every type)."""
@@ -747,8 +756,7 @@ class Scheduler:
         self._seq = 0
         self._promotions = 0
         # the open NodeClaims' room, pod counts and order, row by row, for picking candidates without a loop
-        self._cm_used: np.ndarray | None = None
-        self._cm_max: np.ndarray | None = None
+        self._cm_room: np.ndarray | None = None  # per open NodeClaim row, its largest type's room less its pods
         self._cm_key = np.zeros((0, 2), dtype=np.int64)
         self._cm_dom: dict[str, np.ndarray] = {}  # per label, the open NodeClaims' domain codes (see _domain_codes)
         self._dom_ids: dict[str, int] = {}
@@ -1146,7 +1154,7 @@ class Scheduler:
             return queue
         nz = cls.nz
         if len(nz):  # those where some instance type left has room for one more of these pods
-            ok = np.all(self._cm_used[:n][:, nz] + cls.request_vec[nz] <= self._cm_max[:n][:, nz], axis=1)
+            ok = (self._cm_room[:n][:, nz] >= cls.request_vec[nz]).all(axis=1)
             rows = np.flatnonzero(ok)
         else:
             rows = np.arange(n)
@@ -1234,19 +1242,16 @@ class Scheduler:
     def _sync_claim(self, claim: _Claim) -> None:
         """Copy an open NodeClaim's room, pod count and rank into the solver's matrices."""
         r = claim.row
-        if self._cm_used is None:
+        if self._cm_room is None:
             width = len(claim.used)
-            self._cm_used = np.zeros((0, width), dtype=np.int64)
-            self._cm_max = np.zeros((0, width), dtype=np.int64)
-        if r >= len(self._cm_used):
-            grow = max(64, 2 * len(self._cm_used))
-            self._cm_used = np.vstack([self._cm_used, np.zeros((grow, self._cm_used.shape[1]), dtype=np.int64)])
-            self._cm_max = np.vstack([self._cm_max, np.zeros((grow, self._cm_max.shape[1]), dtype=np.int64)])
+            self._cm_room = np.zeros((0, width), dtype=np.int64)
+        if r >= len(self._cm_room):
+            grow = max(64, 2 * len(self._cm_room))
+            self._cm_room = np.vstack([self._cm_room, np.zeros((grow, self._cm_room.shape[1]), dtype=np.int64)])
             self._cm_key = np.vstack([self._cm_key, np.zeros((grow, 2), dtype=np.int64)])
             for key, codes in self._cm_dom.items():
                 self._cm_dom[key] = np.concatenate([codes, np.full(grow, -1, dtype=np.int64)])
-        self._cm_used[r] = claim.used
-        self._cm_max[r] = claim.max_alloc
+        self._cm_room[r] = claim.max_alloc - claim.used
         self._cm_key[r, 0] = len(claim.pods)
         self._cm_key[r, 1] = claim.rank
         for key, codes in self._cm_dom.items():
@@ -1533,12 +1538,12 @@ class Scheduler:
         if len(nz) and k == 1:
             # one pod (a class placed one at a time): the types with room for it, compared rather than divided;
             # per_type is read below only for more than one pod
-            per_type = (ts.alloc[idx][:, nz] >= claim.used[nz] + cls.request_vec[nz]).all(axis=1)
+            per_type = (ts.columns(cls.nz_list)[idx] >= claim.used[nz] + cls.request_vec[nz]).all(axis=1)
             if not per_type.any():
                 return 0, None, None, "no instance type has enough resources"
             idx_k = idx[per_type]
         elif len(nz):
-            avail = ts.alloc[idx][:, nz] - claim.used[nz]
+            avail = ts.columns(cls.nz_list)[idx] - claim.used[nz]
             per_type = (avail // cls.request_vec[nz]).min(axis=1)
             best = int(per_type.max()) if len(per_type) else 0
             if best <= 0:
