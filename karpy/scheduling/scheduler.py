@@ -856,19 +856,29 @@ class Scheduler:
             for p in n.bound_pods:
                 placements.append((p, labels))
         placements.extend(self._bound_elsewhere)
+        # pods of one class on one node count alike: counted together, in the order they first appear (so every
+        # group meets its domains in the same order as pod by pod)
+        together: dict[tuple, list] = {}
         for p, labels in placements:
+            k = (id(labels), p.class_key or class_key(p))
+            e = together.get(k)
+            if e is None:
+                together[k] = [p, labels, 1]
+            else:
+                e[2] += 1
+        for p, labels, n in together.values():
             for t in p.anti_affinity:
                 self.topology.anti_group(t)
-        for p, labels in placements:
+        for p, labels, n in together.values():
             for g in self.topology.selecting(p.namespace, p.labels, p.label_key):
                 d = labels.get(g.key)
                 if d is not None:
-                    g.record(d)
+                    g.record(d, n)
             for t in p.anti_affinity:
                 g = self.topology.anti_group(t)
                 d = labels.get(g.key)
                 if d is not None:
-                    g.record_owner(d)
+                    g.record_owner(d, n)
 
     def universe(self, key: str) -> set[str]:
         """Every domain of ``key`` a pod could land in: existing nodes and what NodePools can launch."""
