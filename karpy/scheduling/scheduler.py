@@ -1100,23 +1100,12 @@ class Scheduler:
         # free resources change only when it takes pods, and a pass visits each node once)
         quota: list[int] | None = None
         cand = self._candidate_rows(cls)
+        gone: Collection[int] = ()
+        touched: Collection[int] = ()
         if cand is not None:  # rows of the preparation's nodes, and how many pods each held there
             nodes = self._prep.base.nodes
             order, quota = cand
-            gone, touched = self._gone_rows, self._touched
-            if gone or touched:
-                kept, kept_quota = [], []
-                for row, q in zip(order, quota if quota is not None else order):
-                    if row in gone:
-                        continue
-                    if quota is not None and row in touched:  # it took pods in this solve
-                        free = self._alloc_mat[row] - self._used_mat[row]
-                        q = min(int(free[j]) // int(cls.request_vec[j]) for j in nz)
-                        if q <= 0:
-                            continue
-                    kept.append(row)
-                    kept_quota.append(q)
-                order, quota = kept, (kept_quota if quota is not None else None)
+            gone, touched = self._gone_rows, self._touched  # left out; took pods in this solve (asked again)
         else:
             nodes = self.nodes
             if nz:
@@ -1128,10 +1117,20 @@ class Scheduler:
         checked = cand is not None
         placed = False
         for j, i in enumerate(order):
-            node = nodes[i]
             if not cls.pods:
                 break
-            n, req = self._cap_node(cls, node, len(cls.pods), checked, None if quota is None else quota[j])
+            if i in gone:
+                continue
+            q = None
+            if quota is not None:
+                q = quota[j]
+                if i in touched:
+                    free = self._alloc_mat[i] - self._used_mat[i]
+                    q = min(int(free[r]) // int(cls.request_vec[r]) for r in nz)
+                    if q <= 0:
+                        continue
+            node = nodes[i]
+            n, req = self._cap_node(cls, node, len(cls.pods), checked, q)
             if n > 0:
                 placed = True
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
