@@ -782,7 +782,7 @@ class KubeScheduler:
             return
         status = dict(pod.get("status") or {})
         conds = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
-        usable = sum(1 for n in self.nodes.values() if n.usable)
+        usable = int(np.count_nonzero(self._usable))  # the usable nodes (kept per slot as nodes change)
         conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                       "message": f"0/{usable} nodes are available: no node fits the pod's requirements.",
                       "lastTransitionTime": self.api_time()})

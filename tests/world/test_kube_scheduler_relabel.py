@@ -54,3 +54,20 @@ def test_a_relabelled_node_moves_between_zones_for_spreads():
     sim.drain()
     p6 = sim.api.get("Pod", "p6", "default")
     assert (p6.get("spec") or {}).get("nodeName") in ("n1", "n3")
+
+
+def test_a_pod_that_fits_no_node_is_marked_unschedulable_counting_the_usable_nodes():
+    sim = Simulation([], until=60.0, karpenter=False)
+    cordoned = _node("n3", "b")
+    cordoned["spec"] = {"unschedulable": True}
+    for n in (_node("n1", "a"), _node("n2", "a"), cordoned):
+        sim.apply(n)
+    sim.drain()
+    big = _pod("big")
+    big["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100"
+    sim.api.create(big)
+    sim.drain()
+    st = sim.api.get("Pod", "big", "default")["status"]
+    cond = next(c for c in st["conditions"] if c["type"] == "PodScheduled")
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert cond["message"].startswith("0/2 nodes are available")
