@@ -213,11 +213,25 @@ class _TemplateState:
         self.daemon = daemon
         self.alloc = alloc - daemon  # what pods can use on each type
         self._columns: dict[tuple, np.ndarray] = {}  # see columns
+        self._launchable: tuple | None = None  # see launchable
         self.all_idx = np.arange(n, dtype=np.int64)
         self.fits_daemons = (self.alloc >= 0).all(axis=1) if nres else np.ones(n, dtype=bool)
         order = sorted(range(n), key=lambda i: self.types[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
+
+    def launchable(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The types the NodePool's requirements allow with an available offering, those of them with room for
+        the DaemonSets, and the largest allocatable among the latter: what a new NodeClaim starts with when
+        no limit narrows it (taken once: the requirements and offerings of a solve never change)."""
+        hit = self._launchable
+        if hit is None:
+            reqs = self.tpl.requirements
+            masked = self.all_idx[(self.label_mask(reqs) & self.offering_mask(reqs))[self.all_idx]]
+            final = masked[self.fits_daemons[masked]]
+            largest = self.alloc[final].max(axis=0) if len(final) else np.zeros(self.alloc.shape[1], dtype=np.int64)
+            hit = self._launchable = (masked, final, largest)
+        return hit
 
     def columns(self, nz: list[int]) -> np.ndarray:
         """The types' allocatable for pods in the resources ``nz`` only (a pod class's requests)."""
@@ -283,7 +297,8 @@ class _Claim:
     __slots__ = ("ts", "hostname", "req", "idx", "used", "pods", "host_ports", "max_alloc", "seq", "placed", "rank", "row",
                  "reserved", "to_reserve")
 
-    def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int):
+    def __init__(self, ts: _TemplateState, hostname: str, req: Requirements, idx: np.ndarray, seq: int,
+                 max_alloc: np.ndarray | None = None):
         self.ts = ts
         self.hostname = hostname
         self.req = req
@@ -299,7 +314,10 @@ class _Claim:
         self.row = -1  # its row in the solver's matrices of open NodeClaims, once opened
         self.reserved: set[str] = set()  # the capacity reservations it holds (karpy.scheduling.reservations)
         self.to_reserve: set[str] | None = None  # what the last fit computed it would hold
-        self._refresh_max()
+        if max_alloc is None:
+            self._refresh_max()
+        else:  # the largest of the types ``idx``, known already (never changed in place: replaced)
+            self.max_alloc = max_alloc
 
     def _refresh_max(self) -> None:
         if len(self.idx):
@@ -1251,15 +1269,17 @@ class Scheduler:
     def _sync_claim(self, claim: _Claim) -> None:
         """Copy an open NodeClaim's room, pod count and rank into the solver's matrices."""
         r = claim.row
-        if self._cm_room is None:
-            width = len(claim.used)
-            self._cm_room = np.zeros((0, width), dtype=np.int64)
-        if r >= len(self._cm_room):
-            grow = max(64, 2 * len(self._cm_room))
-            self._cm_room = np.vstack([self._cm_room, np.zeros((grow, self._cm_room.shape[1]), dtype=np.int64)])
-            self._cm_key = np.vstack([self._cm_key, np.zeros((grow, 2), dtype=np.int64)])
+        if self._cm_room is None or r >= len(self._cm_room):
+            old = len(self._cm_key)
+            size = old + max(64, 2 * old)
+            room = np.zeros((size, len(claim.used)), dtype=np.int64)
+            keys = np.zeros((size, 2), dtype=np.int64)
+            if old:
+                room[:old] = self._cm_room
+                keys[:old] = self._cm_key
+            self._cm_room, self._cm_key = room, keys
             for key, codes in self._cm_dom.items():
-                self._cm_dom[key] = np.concatenate([codes, np.full(grow, -1, dtype=np.int64)])
+                self._cm_dom[key] = np.concatenate([codes, np.full(size - old, -1, dtype=np.int64)])
         self._cm_room[r] = claim.max_alloc - claim.used
         self._cm_key[r, 0] = len(claim.pods)
         self._cm_key[r, 1] = claim.rank
@@ -1675,18 +1695,22 @@ class Scheduler:
             if self.remaining_nodes.get(tpl.nodepool, 1) <= 0:
                 reasons.append(f'incompatible with nodepool "{tpl.nodepool}", node limits have been exhausted for nodepool')
                 continue
-            idx = idx[(ts.label_mask(tpl.requirements) & ts.offering_mask(tpl.requirements))[idx]]
-            if not len(idx):
+            largest = None
+            if rem is None:  # the same types for every NodeClaim of the NodePool
+                masked, idx, largest = ts.launchable()
+            else:
+                masked = idx[(ts.label_mask(tpl.requirements) & ts.offering_mask(tpl.requirements))[idx]]
+                idx = masked[ts.fits_daemons[masked]]
+            if not len(masked):
                 reasons.append(f'incompatible with nodepool "{tpl.nodepool}", no instance types are available')
                 continue
-            idx = idx[ts.fits_daemons[idx]]
             if not len(idx):
                 daemon = {k: v for k, v in tpl.daemon_overhead.items() if v}
                 reasons.append(f'incompatible with nodepool "{tpl.nodepool}", daemonset overhead={_fmt_res(daemon)}, '
                                f"no instance type has room for the daemonsets")
                 continue
             self._seq += 1
-            claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq)
+            claim = _Claim(ts, f"{self.hostname_prefix}-{self._seq:05d}", tpl.requirements, idx, self._seq, largest)
             n, new_req, new_idx, why = self._fit_claim(cls, claim, want or len(cls.pods))
             cls.reserved_wait = bool(why and why.startswith(RESERVED_OFFERING_ERROR))
             if cls.reserved_wait:  # as upstream: no fallback to a lighter NodePool while a reservation is held
