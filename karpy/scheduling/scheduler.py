@@ -1987,9 +1987,15 @@ class Scheduler:
         _, keys, on_host, version, caps, _, others = plan
         if req is None:
             labels = target.node.labels
-            doms = tuple(labels.get(key) for key in keys)
-            if None in doms:
-                return None
+            if len(keys) == 1:
+                d = labels.get(keys[0])
+                if d is None:
+                    return None
+                doms = (d,)
+            else:
+                doms = tuple(labels.get(key) for key in keys)
+                if None in doms:
+                    return None
         else:
             known = []
             for key in keys:
@@ -2043,20 +2049,27 @@ class Scheduler:
         for kind, g, i, self_sel, eligible, pr in terms:
             d = doms[i]
             if kind == _SPREAD:
-                counts = g.counts
-                few = g.min_domains is not None and len(eligible) < g.min_domains
-                gmin = 0 if few else min((counts.get(x, 0) for x in eligible), default=0)
                 if not pr.has(d):
                     return 0
+                counts = g.counts
+                # the fewest pods in an eligible domain, and in one other than d, in one pass
+                gmin = low = None
+                for x in eligible:
+                    c = counts.get(x, 0)
+                    if gmin is None or c < gmin:
+                        gmin = c
+                    if x != d and (low is None or c < low):
+                        low = c
+                few = g.min_domains is not None and len(eligible) < g.min_domains
+                if few or gmin is None:
+                    gmin = 0
                 here = counts.get(d, 0)
                 if here + (1 if self_sel else 0) - gmin > g.max_skew:
                     return 0
-                if self_sel:
-                    low = min((counts.get(x, 0) for x in eligible if x != d), default=None)
-                    if low is not None:
-                        k = min(k, g.max_skew + (0 if few else low) - here)
-                        if k <= 0:
-                            return 0
+                if self_sel and low is not None:
+                    k = min(k, g.max_skew + (0 if few else low) - here)
+                    if k <= 0:
+                        return 0
             elif kind == _HOST_ANTI_SELF:
                 if g.counts.get(d, 0) or g.owners.get(d, 0):
                     return 0
