@@ -646,15 +646,16 @@ class Prepared:
     def __init__(self, templates: Sequence[NodeClaimTemplate], existing: Sequence[ExistingNode],
                  pods: Sequence[PodInfo], respect_preferences: bool = True, ignore_dra: bool = True):
         base = Scheduler(templates, existing, respect_preferences=respect_preferences, ignore_dra=ignore_dra)
-        base._build(list(pods) + [p for n in existing for p in n.bound_pods])
-        topo = base.topology
-        all_pods = list(pods) + [p for n in existing for p in n.bound_pods]
-        seen: set = set()
-        for p in all_pods:
+        # one pod of each class, in the order they first appear: pods of a class request the same resources
+        # and carry the same constraints
+        reps: dict[tuple, PodInfo] = {}
+        for p in list(pods) + [p for n in existing for p in n.bound_pods]:
             k = p.class_key or class_key(p)
-            if k in seen:
-                continue
-            seen.add(k)
+            if k not in reps:
+                reps[k] = p
+        base._build(list(reps.values()))
+        topo = base.topology
+        for p in reps.values():
             for c in p.spread:
                 topo.spread_group(p.namespace, c)
             for t in list(p.affinity) + list(p.preferred_affinity):
