@@ -76,8 +76,10 @@ def pdb_blocks(pod: PodState, pdbs: Sequence[PDBState], now: float, fully_blocki
 
 def validate_pods(node: NodeState, pdbs: Sequence[PDBState], now: float) -> None:
     for pod in node.pods:
-        if pod.active and pod.do_not_disrupt(now):
+        if DO_NOT_DISRUPT in pod.annotations and pod.active and pod.do_not_disrupt(now):
             raise Blocked(f'pod has "{DO_NOT_DISRUPT}" annotation (Pod={pod.key})', pod_block=True)
+    if not pdbs:
+        return
     for pod in node.pods:
         why = pdb_blocks(pod, pdbs, now)
         if why:
@@ -103,7 +105,11 @@ def validate_node(node: NodeState) -> None:
 
 def currently_reschedulable(pod: PodState, pdbs: Sequence[PDBState], now: float) -> bool:
     """Pods the scheduling simulation must find a new home for."""
-    return pod.reschedulable and not (pod.active and pod.do_not_disrupt(now)) and pdb_blocks(pod, pdbs, now, True) is None
+    if not pod.reschedulable:
+        return False
+    if DO_NOT_DISRUPT in pod.annotations and pod.active and pod.do_not_disrupt(now):
+        return False
+    return not pdbs or pdb_blocks(pod, pdbs, now, True) is None
 
 
 def build_candidates(snapshot: ClusterSnapshot, klass: str, blocked_events: list[tuple[str, str, str]]) -> list[Candidate]:
