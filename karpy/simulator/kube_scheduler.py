@@ -679,13 +679,12 @@ class KubeScheduler:
             self._unpark()
         if not self.active:
             return None
-        order = sorted(self.active, key=lambda k: (-self.pending[k].priority, self.created.get(k, 0.0), k)
-                       if k in self.pending else (0, 0.0, k))
-        self.active = set()
+        active, self.active = self.active, set()
         # 1. pods go to the node Karpenter nominated for them, in the order Karpenter placed them, while
         #    any of them still binds there (a pod a spread or affinity holds back may fit once others are)
+        #    (every sort key here ends with the pod's key, so an order depends on nothing but the pods)
         rest: list[str] = []
-        todo = sorted(order, key=lambda k: (-self.pending[k].priority, self.nom_order.get(k, 0), k)
+        todo = sorted(active, key=lambda k: (-self.pending[k].priority, self.nom_order.get(k, 0), k)
                       if k in self.pending else (0, 0, k))
         while todo:
             bound = 0
