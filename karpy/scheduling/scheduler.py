@@ -707,13 +707,10 @@ class Scheduler:
                 s.remaining[n.nodepool] = rem + s.vector(n.capacity if n.capacity is not None else n.allocatable)
             if n.nodepool in s.remaining_nodes:
                 s.remaining_nodes[n.nodepool] += 1
-        # the prepared nodes without the excluded ones, in order: copies less a few positions, not a scan
+        # the prepared nodes without the excluded ones, in order (listed only if asked: see nodes)
         drop = sorted(prep.index[name] for name in gone_names if name in prep.index)
-        s.nodes = list(base.nodes)
-        s._existing_input = list(prep.inputs)
-        for i in reversed(drop):
-            del s.nodes[i]
-            del s._existing_input[i]
+        s._nodes = None
+        s._existing_input = None
         s._gone = [base.nodes[i] for i in drop]
         if drop:
             s._present = np.ones(len(base.nodes), dtype=bool)
@@ -723,7 +720,8 @@ class Scheduler:
         s._class_memo = prep.class_memo
         s._rows = prep.rows  # read only without _present (see _place_existing)
         s._alloc_mat = base._alloc_mat
-        s._used_mat = base._used_mat.copy()
+        s._used_mat = base._used_mat  # copied when this solve first places a pod on an existing node
+        s._used_own = False
         # topology: the prepared counts, less what the excluded nodes held
         # (copy-on-write: a group's counts are copied when this solve first records into it)
         topo = base.topology.clone()
@@ -769,7 +767,9 @@ class Scheduler:
         self.pin_counted = pin_counted  # karpy's ZonePinning feature gate (off: upstream's topology recording)
         self.topology = Topology()
         self._templates_input = list(self.templates)
-        self._existing_input = list(existing)
+        self._existing_input: list[ExistingNode] | None = list(existing)
+        self._nodes: list[_Node] | None = None  # see nodes
+        self._used_own = True  # whether _used_mat is this solve's own (see from_prepared)
         self._bound_elsewhere = list(bound_pods_elsewhere)
         self.claims: list[_Claim] = []
         self._seq = 0
@@ -803,6 +803,26 @@ class Scheduler:
         self._node_caps: dict[int, tuple] = {}
         self._built = False
 
+    @property
+    def nodes(self) -> list[_Node]:
+        """The existing nodes pods may be placed on, in order; for a solve over a preparation, its nodes less
+        those left out, listed when first asked."""
+        nodes = self._nodes
+        if nodes is None and self._prep is not None:
+            gone = self._gone_rows
+            nodes = self._nodes = [n for n in self._prep.base.nodes if n.row not in gone]
+        return nodes  # type: ignore[return-value]
+
+    @nodes.setter
+    def nodes(self, value: list[_Node]) -> None:
+        self._nodes = value
+
+    def _inputs(self) -> list[ExistingNode]:
+        """The ExistingNodes of this solve (for a solve over a preparation, those of its nodes)."""
+        if self._existing_input is None:
+            self._existing_input = [n.node for n in self.nodes]
+        return self._existing_input
+
     def _build(self, pods: Sequence[PodInfo]) -> None:
         """Index every resource any node, type, daemon or pod names, and build the arrays."""
         names: set[str] = {res.CPU, res.MEMORY, res.PODS}
@@ -811,7 +831,7 @@ class Scheduler:
                 names.update(it.allocatable)
             for p in t.daemon_pods:
                 names.update(p.requests)
-        for n in self._existing_input:
+        for n in self._inputs():
             names.update(n.allocatable)
             names.update(n.requested)
         for p in pods:
@@ -827,7 +847,7 @@ class Scheduler:
             t.nodepool: t.remaining["nodes"] for t in self.templates if t.remaining is not None and "nodes" in t.remaining
         }
         # initialized nodes first, then by name, as upstream orders them
-        ordered = [n for n in sorted(self._existing_input, key=lambda n: (not n.initialized, n.name)) if n.schedulable]
+        ordered = [n for n in sorted(self._inputs(), key=lambda n: (not n.initialized, n.name)) if n.schedulable]
         vectors = [self._node_vectors(n) for n in ordered]
         self.nodes = [_Node(n, v[0], i) for i, (n, v) in enumerate(zip(ordered, vectors))]
         # allocatable and used of every node as matrices, so a class looks only at nodes it could fit
@@ -870,7 +890,7 @@ class Scheduler:
     def _register_existing_topology(self, classes: list[_Class]) -> None:
         """Count pods already running (and their anti-affinity terms) into the groups."""
         placements: list[tuple[PodInfo, Mapping[str, str]]] = []
-        for n in self._existing_input:
+        for n in self._inputs():
             labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
             for p in n.bound_pods:
                 placements.append((p, labels))
@@ -1112,7 +1132,12 @@ class Scheduler:
 
     def _place_existing(self, cls: _Class, placed_existing: dict[str, list[PodInfo]]) -> bool:
         """One pass over the existing nodes with room for a pod of the class; whether it placed any."""
-        if not (self.nodes and cls.pods):
+        if not cls.pods:
+            return False
+        if self._nodes is None and self._prep is not None:  # (without listing them)
+            if len(self._prep.base.nodes) <= len(self._gone_rows):
+                return False
+        elif not self.nodes:
             return False
         nz = cls.nz_list
         # the nodes with room for one pod of the class, in order, and how many its free resources hold (a node's
@@ -1153,6 +1178,9 @@ class Scheduler:
             if n > 0:
                 placed = True
                 taken, cls.pods = cls.pods[:n], cls.pods[n:]
+                if not self._used_own:
+                    self._used_mat = self._used_mat.copy()
+                    self._used_own = True
                 self._used_mat[node.row] += cls.request_vec * n
                 self._touched.add(node.row)
                 if cls.rep.host_ports:
