@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from ..disruption.methods import (
     StaticReplacement,
     is_static,
 )
+from ..disruption import optimizer
 from ..disruption.state import DISRUPTED_TAINT, ClusterSnapshot, NodeState
 from ..kube import errors as E
 from ..kube.port import DELETED
@@ -52,6 +54,7 @@ from .provisioning import Provisioner
 from .static import node_counts
 
 REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
+PLAN_WINDOW = 2 * REPLACEMENT_TIMEOUT  # how long a re-packing's placement plan holds room for its pods' classes
 EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
 FORCED_RECHECK = 300.0
 
@@ -445,6 +448,8 @@ class Orchestrator:
                 created = self.d.provisioner.create_nodeclaim(rep, np, nodeclass, nominate=False, reason=cmd.reason.lower())
             name = created["metadata"]["name"]
             replacements.append(name)
+            if cmd.pinned and not isinstance(rep, StaticReplacement):  # the re-packing's plan for the pods' classes
+                c.placement_plans[name] = (Counter(optimizer.slot_key(p) for p in rep.pods), now + PLAN_WINDOW)
             env.recorder.publish(ref(created), "DisruptionLaunching", f"Launching NodeClaim: {cmd.reason}")
             sn = c.by_claim.get(name)
             if sn is not None:

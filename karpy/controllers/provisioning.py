@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,7 +32,8 @@ from .. import resources as res
 from ..api import labels as api_labels
 from ..cloudprovider.kubelet_cel import KubeletExpressionError
 from ..cloudprovider.overlay import overlay_annotations
-from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL
+from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
+from ..disruption import optimizer
 from ..disruption.candidates import currently_reschedulable
 from ..disruption.drift import HASH_VERSION, NODECLASS_HASH, NODEPOOL_HASH, NODEPOOL_HASH_VERSION, nodeclass_hash, nodepool_hash
 from ..kube.port import DELETED
@@ -355,6 +357,65 @@ class Provisioner:
             out.append(e)
         return out
 
+    def _planned(self, infos: list, pending: set[str], existing: list[ExistingNode]) -> tuple[list, dict[str, list]]:
+        """karpy's ConsolidationOptimizer: pending pods of a class a re-packing planned on a replacement go there
+        (nominated, their room taken in ``existing``) before the scheduler places the rest; the plan holds as many
+        of each class as it planned, less those already bound there."""
+        c = self.env.cluster
+        now = self.env.now()
+        where = {e.name: i for i, e in enumerate(existing)}
+        room: dict[str, Counter] = {}
+        for claim, (want, until) in list(c.placement_plans.items()):
+            sn = c.by_claim.get(claim)
+            if until < now or sn is None or sn.deleting() or sn.marked:
+                del c.placement_plans[claim]
+                continue
+            i = where.get(sn.name)
+            if i is None or not existing[i].schedulable:
+                continue
+            left = Counter(want)
+            for e in sn.pods.values():
+                if not e.terminal:
+                    k = optimizer.slot_key(e.info)
+                    if left.get(k, 0) > 0:
+                        left[k] -= 1
+            if +left:
+                room[sn.name] = left
+        if not room:
+            return infos, {}
+        # a class's pods come back zone by zone as they left: each goes to the planned node in the zone that now
+        # holds fewest of its class (a zone spread holds), among those with room for it
+        wanted = {k for left in room.values() for k in left}
+        zone_of = {e.name: e.labels.get(LABEL_ZONE) for e in existing}
+        held: Counter = Counter()
+        for e in c.pods.values():
+            if e.node and not e.terminal and e.active:
+                k = optimizer.slot_key(e.info)
+                if k in wanted:
+                    held[(k, zone_of.get(e.node))] += 1
+        free = {name: res.subtract(existing[where[name]].allocatable, existing[where[name]].requested) for name in room}
+        order = {name: i for i, name in enumerate(room)}
+        take: dict[str, list] = {}
+        rest = []
+        for info in infos:
+            k = optimizer.slot_key(info) if info.key in pending else None
+            fits = [name for name, left in room.items() if k is not None and left.get(k, 0) > 0
+                    and all(free[name].get(r, 0) >= v for r, v in info.requests.items())]
+            if not fits:
+                rest.append(info)
+                continue
+            target = min(fits, key=lambda name: (held[(k, zone_of.get(name))], order[name]))
+            room[target][k] -= 1
+            held[(k, zone_of.get(target))] += 1
+            free[target] = res.subtract(free[target], info.requests)
+            take.setdefault(target, []).append(info)
+        for target, placed in take.items():
+            i = where[target]
+            e = existing[i]
+            existing[i] = dataclasses.replace(e, requested=res.add(e.requested, res.total(p.requests for p in placed)),
+                                              bound_pods=list(e.bound_pods) + placed)
+        return rest, take
+
     @staticmethod
     def _leaving(sn: StateNode | None) -> bool:
         return sn is not None and (sn.marked or sn.deleting())
@@ -397,19 +458,24 @@ class Provisioner:
             return
         templates, problems, classes = self.templates()
         existing = self.existing(reserve_nominated=False)
+        infos = [c.pod_info(e) for e in pods]
+        planned: dict[str, list] = {}
+        if c.placement_plans and env.settings.gate(optimizer.GATE):
+            infos, planned = self._planned(infos, {e.key for e in pending}, existing)
         self.solves += 1
         s = Scheduler(templates, existing, min_values_best_effort=env.settings.min_values_best_effort,
                       respect_preferences=env.settings.respect_preferences,
                       refine=env.settings.gate("CostRefinement"), pin_counted=env.settings.gate("ZonePinning"),
                       reserved_strict=True,  # upstream's provisioner: DisableReservedCapacityFallback
                       ignore_dra=env.settings.ignore_dra_requests)
-        infos = [c.pod_info(e) for e in pods]
         s.zone_census = True
         m = env.metrics
         m.queue(self.name, str(self.solves), len(infos))
         solve_started = time.perf_counter()
         results = s.solve(infos)
         took = time.perf_counter() - solve_started
+        for target, placed in planned.items():
+            results.existing.setdefault(target, []).extend(placed)
         m.queue(self.name, str(self.solves), 0)
         m.scheduling_duration.labels(self.name).observe(took)
         m.provisioner_scheduling_duration.observe(took)

@@ -88,6 +88,9 @@ class Command:
     replacements: list[NewNodeClaim | StaticReplacement]
     savings: float = 0.0
     results: Results | None = None
+    # karpy's ConsolidationOptimizer re-packing: each replacement is one type in one zone for the pods it names,
+    # which the provisioner places there once they are re-created (the gate's placement plan)
+    pinned: bool = False
 
     @property
     def decision(self) -> str:
@@ -585,7 +588,7 @@ class DisruptionEngine:
         if found is None:
             return None, constrained
         cmd = Command(UNDERUTILIZED, "optimizer", found.candidates, list(found.replacements), savings=found.savings,
-                      results=found.results)
+                      results=found.results, pinned=found.pinned)
         ok, _ = self._balanced_ok(snapshot, cmd, events)
         return (cmd if ok else None), constrained
 
@@ -736,6 +739,11 @@ class DisruptionEngine:
                     self.failed_validations = len(cmd.candidates)
                     return None, "budget"
                 budgets[f.node.nodepool] -= 1
+            if cmd.pinned:  # a re-packing: its plan must still hold as it was made
+                if not optimizer.revalidate(snapshot, fresh, cmd.replacements):
+                    return None, "scheduling"
+                return Command(UNDERUTILIZED, "optimizer", fresh, list(cmd.replacements), savings=cmd.savings,
+                               pinned=True), None
             sim = simulate(snapshot, fresh, consolidation=True, refine=cmd.method == "optimizer")
             if not sim.ok:
                 return None, "scheduling"
