@@ -394,6 +394,14 @@ class ClassKey(tuple):
     def __reduce__(self):
         return ClassKey, (tuple(self),)
 
+    def moving(self) -> "ClassKey":
+        """The key of the same pods moved by consolidation; one object per key, so the moved pods of a shape
+        (which share their key) share it too."""
+        m = self.__dict__.get("_moving")
+        if m is None:
+            m = self._moving = ClassKey(self + ("moving",))
+        return m
+
 
 def class_key(p: PodInfo) -> tuple:
     """Everything that decides where a pod may go; equal keys schedule alike."""
@@ -450,6 +458,7 @@ def moving(p: PodInfo) -> PodInfo:
     if q is None:
         q = copy_for_relaxation(p)
         q.moving = True
-        q.class_key = ClassKey(p.class_key + ("moving",))
+        k = p.class_key
+        q.class_key = k.moving() if isinstance(k, ClassKey) else ClassKey(tuple(k) + ("moving",))
         p.__dict__["_moving"] = q
     return q

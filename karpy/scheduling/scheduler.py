@@ -649,8 +649,15 @@ class Prepared:
         # one pod of each class, in the order they first appear: pods of a class request the same resources
         # and carry the same constraints
         reps: dict[tuple, PodInfo] = {}
+        seen: set[int] = set()  # class keys already read, by identity (pods of a shape share theirs)
         for p in list(pods) + [p for n in existing for p in n.bound_pods]:
-            k = p.class_key or class_key(p)
+            k = p.class_key
+            if k and id(k) in seen:
+                continue
+            if k:
+                seen.add(id(k))
+            else:
+                k = class_key(p)
             if k not in reps:
                 reps[k] = p
         base._build(list(reps.values()))
@@ -896,10 +903,11 @@ class Scheduler:
                 placements.append((p, labels))
         placements.extend(self._bound_elsewhere)
         # pods of one class on one node count alike: counted together, in the order they first appear (so every
-        # group meets its domains in the same order as pod by pod)
+        # group meets its domains in the same order as pod by pod); a class by its key's identity (pods of a
+        # shape share it; equal keys apart are counted apart, to the same counts)
         together: dict[tuple, list] = {}
         for p, labels in placements:
-            k = (id(labels), p.class_key or class_key(p))
+            k = (id(labels), id(p.class_key) if p.class_key else class_key(p))
             e = together.get(k)
             if e is None:
                 together[k] = [p, labels, 1]
