@@ -360,6 +360,7 @@ class DisruptionEngine:
         self._eligible: dict[str, int] = {}  # what the methods of the current pass found (StepResult.eligible)
         # candidates the last validate() rejected, counted as upstream's failed_validations_total counts them
         self.failed_validations = 0
+        self.repack_memo: optimizer.RepackMemo | None = None  # karpy's ConsolidationOptimizer re-packings
 
     def _skip(self, method: str, version: int, now: float) -> bool:
         seen = self._consolidated.get(method)
@@ -584,7 +585,9 @@ class DisruptionEngine:
             return None, False
         budgets = self._budget_events(snapshot, UNDERUTILIZED, events)
         constrained = any(budgets.get(c.node.nodepool or "", 0) <= 0 for c in cands)
-        found = optimizer.propose(snapshot, cands, budgets, simulate)
+        if self.repack_memo is None:
+            self.repack_memo = optimizer.RepackMemo()
+        found = optimizer.propose(snapshot, cands, budgets, self.repack_memo)
         if found is None:
             return None, constrained
         cmd = Command(UNDERUTILIZED, "optimizer", found.candidates, list(found.replacements), savings=found.savings,
@@ -744,14 +747,9 @@ class DisruptionEngine:
                     return None, "scheduling"
                 return Command(UNDERUTILIZED, "optimizer", fresh, list(cmd.replacements), savings=cmd.savings,
                                pinned=True), None
-            sim = simulate(snapshot, fresh, consolidation=True, refine=cmd.method == "optimizer")
+            sim = simulate(snapshot, fresh, consolidation=True)
             if not sim.ok:
                 return None, "scheduling"
-            if cmd.method == "optimizer":
-                reps, savings = optimizer.evaluate(fresh, sim.results)
-                if not optimizer.worth_it(fresh, savings) or savings + 1e-9 < cmd.savings * 0.5:
-                    return None, "scheduling"
-                return Command(UNDERUTILIZED, "optimizer", fresh, reps, savings=savings, results=sim.results), None
             new = sim.results.new_nodeclaims
             if bool(new) != bool(cmd.replacements):
                 return None, "scheduling"  # the simulation now gives a different answer

@@ -1,26 +1,27 @@
-"""karpy's ``ConsolidationOptimizer`` feature gate: a global re-packing of the cluster (docs/feature-gates.md).
+"""karpy's ``ConsolidationOptimizer`` feature gate: a re-packing of the nodes worth re-packing (docs/feature-gates.md).
 
-Upstream's consolidation looks at one node (replaced by one cheaper node) or a prefix of the candidates
-(merged into at most one new node). With the gate on, each disruption pass first asks a model of the whole
-cluster (:mod:`karpy.disruption.highs`, solved by HiGHS) which consolidatable nodes to remove so that new
-nodes of the NodePools' types hold their pods more cheaply, within the NodePools' budgets. The optimizer
-proposes; the scheduling simulation disposes: the chosen nodes' pods are placed by the same simulation
-upstream's methods use (existing nodes first, then new NodeClaims, with every topology, affinity, taint and
-limit constraint), and the command goes ahead only when every pod finds a home and the NodeClaims it opens
-cost less than the nodes removed. The simulation re-packs the NodeClaims it opens as ``CostRefinement`` does
-(a half-used NodeClaim becomes cheaper smaller ones), so a node may be replaced by several. When the whole set fails, the nodes wasting the most (by the model's dual
-prices) are tried in halves. The command is carried out by the disruption queue as upstream's are
-(replacements launched and initialized before the candidates drain).
+Upstream's consolidation looks at one node (replaced by one cheaper node) or a prefix of the candidates (merged
+into at most one new node), and where the pods go is the scheduling simulation's first-fit, largest pod first.
+With the gate on, each disruption pass first asks a model of the whole cluster (:mod:`karpy.disruption.highs`,
+solved by HiGHS) which consolidatable nodes to remove, within the NodePools' budgets; then chooses the new nodes
+and which pods each holds together (:mod:`karpy.disruption.repack`: column generation over node patterns, zone
+by zone, each pod staying in its zone), and checks the plan (every pod within its planned node's allocatable,
+per-node cap and allowed types; no pod left behind repelling it). The command goes ahead when it saves more
+than ``DISRUPTION_COST`` of the removed nodes' price. It is carried out by the disruption queue as upstream's
+are (replacements launched and initialized before the candidates drain), and each replacement names the pods
+planned for it: karpy's provisioner, with the gate on, places the re-created pods of those classes there, zone by
+zone, so the cluster ends as planned (:meth:`karpy.controllers.provisioning.Provisioner._planned`).
 
 Candidates are upstream's (do-not-disrupt, PodDisruptionBudgets, consolidateAfter, policy), less spot nodes
-(upstream's spot-to-spot rules stay with its own methods).
+(upstream's spot-to-spot rules stay with its own methods). Pods whose constraints the plan does not keep by
+construction (pod affinity, anti-affinity to other classes, host ports, volumes, devices; see :func:`modelled`)
+leave the decision to upstream's methods, which run after.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -28,16 +29,15 @@ from .. import resources as res
 from ..cloudprovider.types import (
     CAPACITY_ON_DEMAND, CAPACITY_RESERVED, CAPACITY_SPOT, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_ZONE,
 )
-from ..scheduling.pods import ClassKey, PodInfo, class_key, moving
+from ..scheduling.pods import PodInfo, class_key
 from ..scheduling.requirements import IN, Requirement
-from ..scheduling.scheduler import ExistingNode, NewNodeClaim, NodeClaimTemplate, Results, Scheduler, tolerates_all
+from ..scheduling.scheduler import NewNodeClaim, NodeClaimTemplate, Results, tolerates_all
 from . import highs, repack
 from .candidates import Candidate, currently_reschedulable
 from .state import ClusterSnapshot
 
 GATE = highs.GATE
 RESOURCES = (res.CPU, res.MEMORY, res.PODS)
-SHRINK_TRIES = 6  # the chosen set, then its most wasteful half, quarter, ...
 
 
 @dataclass
@@ -98,35 +98,25 @@ def _demand(snapshot: ClusterSnapshot, c: Candidate) -> list[float]:
     return out
 
 
-def evaluate(cands: Sequence[Candidate], results: Results) -> tuple[list[NewNodeClaim], float]:
-    """The NodeClaims a simulation opens and what removing the candidates for them saves, $/h."""
-    reps = list(results.new_nodeclaims)
-    return reps, sum(c.price for c in cands) - sum(claim_price(nc) for nc in reps)
-
-
 def worth_it(cands: Sequence[Candidate], savings: float) -> bool:
     return savings > highs.DISRUPTION_COST * sum(c.price for c in cands) and savings > 1e-9
 
 
 def propose(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
-            simulate: Callable) -> Proposal | None:
-    """The cheapest re-packing found that the scheduling simulation confirms, or None: first the whole
-    re-packing of the candidates (:func:`repack_all`), then the model's set and its halves."""
-    found = repack_all(snapshot, cands, budgets)
-    if found is not None:
-        return found
-    return _model_then_halves(snapshot, cands, budgets, simulate)
+            memo: "RepackMemo | None" = None) -> Proposal | None:
+    """The re-packing of the nodes the model would remove (:func:`repack_all`), or None."""
+    return repack_all(snapshot, cands, budgets, memo)
 
 
-def _model_then_halves(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
-                       simulate: Callable) -> Proposal | None:
+def _model_choice(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate]:
+    """The candidates the model removes (within the budgets), the most wasteful first."""
     cands = sorted((c for c in cands if c.node.capacity_type != CAPACITY_SPOT and budgets.get(c.node.nodepool or "", 0) > 0),
                    key=lambda c: c.name)
     if not cands:
-        return None
+        return []
     alloc, tprice = _types(snapshot)
     if not len(tprice):
-        return None
+        return []
     pools = sorted({c.node.nodepool or "" for c in cands})
     demand = np.array([_demand(snapshot, c) for c in cands], dtype=float)
     price = np.array([c.price for c in cands], dtype=float)
@@ -142,19 +132,7 @@ def _model_then_halves(snapshot: ClusterSnapshot, cands: Sequence[Candidate], bu
     plan = highs.solve(demand, price, group, budget, alloc, tprice, free, elsewhere)
     chosen = [i for i in np.flatnonzero(plan.remove)]
     chosen.sort(key=lambda i: (-plan.waste[i], cands[i].name))
-    batch = [cands[i] for i in chosen]
-    size = len(batch)
-    for _ in range(SHRINK_TRIES):
-        if size < 1:
-            break
-        sub = batch[:size]
-        sim = simulate(snapshot, sub, consolidation=True, refine=True)
-        if sim.ok:
-            reps, savings = evaluate(sub, sim.results)
-            if worth_it(sub, savings):
-                return Proposal(sub, reps, sim.results, savings)
-        size //= 2
-    return None
+    return [cands[i] for i in chosen]
 
 
 # --- the whole re-packing ------------------------------------------------------------------
@@ -169,8 +147,29 @@ def _model_then_halves(snapshot: ClusterSnapshot, cands: Sequence[Candidate], bu
 
 REPACK_HOSTNAME = "repack"
 REPACK_SLACK = 1.02  # a packing rarely comes closer than this to the fractional bound: skip when that cannot pay
-_PLANS: dict[tuple, "Proposal | None"] = {}  # input key -> the answer (a pass over an unchanged cluster repeats it)
-_PLANS_KEPT = 64
+REPACK_BACKOFF = 300.0  # seconds after a re-packing that found nothing worth doing (or went stale) before the next
+
+
+class RepackMemo:
+    """What a disruption engine remembers of its re-packings: the last one that led nowhere (when, and what the
+    nodes cost and their pods' fractional bound then). The same nodes and pods are not packed again for
+    REPACK_BACKOFF seconds; a change of either (pods gone, nodes added) lifts the wait."""
+
+    def __init__(self) -> None:
+        # per choice of nodes (all, the model's): (until, cost of the nodes, bound of their pods)
+        self.failed: dict[str, tuple[float, float, float]] = {}
+
+    def worth_trying(self, which: str, now: float, cost_now: float, bound: float) -> bool:
+        if cost_now * (1 - highs.DISRUPTION_COST) <= bound * REPACK_SLACK:
+            return False  # even a packing as close to the bound as they come would not pay
+        if which in self.failed:
+            until, cost, was = self.failed[which]
+            if now < until and abs(cost_now - cost) <= 0.02 * cost and abs(bound - was) <= 0.02 * was:
+                return False
+        return True
+
+    def nothing(self, which: str, now: float, cost_now: float, bound: float) -> None:
+        self.failed[which] = (now + REPACK_BACKOFF, cost_now, bound)
 
 
 def slot_key(p: PodInfo) -> tuple:
@@ -203,6 +202,76 @@ def _pinned_claim(tpl: NodeClaimTemplate, it, zone: str | None) -> NewNodeClaim 
     return NewNodeClaim(tpl, "", reqs, [it], [], dict(tpl.daemon_overhead))
 
 
+def _use(c: Candidate) -> float:
+    e = c.node.existing
+    return max((e.requested.get(r, 0) / e.allocatable[r] for r in (res.CPU, res.MEMORY) if e.allocatable.get(r)),
+               default=1.0)
+
+
+def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
+               memo: RepackMemo | None = None) -> Proposal | None:
+    """Replace the candidates the budgets allow by the cheapest nodes that hold their pods, each pod staying in
+    its zone; None when that does not save enough, or when the cluster is not at rest (pods pending, nodes
+    leaving), or when the scheduler refuses the plan."""
+    if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating or not n.initialized for n in snapshot.nodes):
+        return None  # not at rest: pods to place, nodes coming or going
+    memo = memo if memo is not None else RepackMemo()
+    ok = [c for c in cands if c.node.capacity_type != CAPACITY_SPOT]
+    # every node the budgets allow first (the most a re-packing can save), then only those the model would remove
+    for which, chosen in (("model", None),):
+        if chosen is None:
+            chosen = _model_choice(snapshot, ok, budgets)
+        if not chosen:
+            continue
+        pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
+                if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+        if not pods or not modelled([info for _, info in pods]):
+            continue
+        classes: dict[tuple, int] = {}
+        for _, info in pods:
+            classes.setdefault(slot_key(info), len(classes))
+        zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
+        found = _plan(snapshot, chosen, pods, classes, zones, memo, which)
+        if found is not None:
+            return found
+    return None
+
+
+def _use(c: Candidate) -> float:
+    e = c.node.existing
+    return max((e.requested.get(r, 0) / e.allocatable[r] for r in (res.CPU, res.MEMORY) if e.allocatable.get(r)),
+               default=1.0)
+
+
+def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
+               memo: RepackMemo | None = None) -> Proposal | None:
+    """Replace the candidates the budgets allow by the cheapest nodes that hold their pods, each pod staying in
+    its zone; None when that does not save enough, or when the cluster is not at rest (pods pending, nodes
+    leaving), or when the scheduler refuses the plan."""
+    if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating or not n.initialized for n in snapshot.nodes):
+        return None  # not at rest: pods to place, nodes coming or going
+    memo = memo if memo is not None else RepackMemo()
+    ok = [c for c in cands if c.node.capacity_type != CAPACITY_SPOT]
+    # every node the budgets allow first (the most a re-packing can save), then only those the model would remove
+    for which, chosen in (("model", None),):
+        if chosen is None:
+            chosen = _model_choice(snapshot, ok, budgets)
+        if not chosen:
+            continue
+        pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
+                if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+        if not pods or not modelled([info for _, info in pods]):
+            continue
+        classes: dict[tuple, int] = {}
+        for _, info in pods:
+            classes.setdefault(slot_key(info), len(classes))
+        zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
+        found = _plan(snapshot, chosen, pods, classes, zones, memo, which)
+        if found is not None:
+            return found
+    return None
+
+
 def _take(cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate]:
     """The candidates the NodePools' budgets allow, the least used first."""
     left = dict(budgets)
@@ -215,46 +284,8 @@ def _take(cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate
     return out
 
 
-def _use(c: Candidate) -> float:
-    e = c.node.existing
-    return max((e.requested.get(r, 0) / e.allocatable[r] for r in (res.CPU, res.MEMORY) if e.allocatable.get(r)),
-               default=1.0)
-
-
-def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int]) -> Proposal | None:
-    """Replace the candidates the budgets allow by the cheapest nodes that hold their pods, each pod staying in
-    its zone; None when that does not save enough, or when the cluster is not at rest (pods pending, nodes
-    leaving), or when the scheduler refuses the plan."""
-    if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating for n in snapshot.nodes):
-        return None
-    chosen = _take([c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
-    if len(chosen) < 2:
-        return None
-    pods: list[tuple[str | None, PodInfo]] = []
-    for c in chosen:
-        for p in c.node.pods:
-            if currently_reschedulable(p, snapshot.pdbs, snapshot.now):
-                if set(p.info.requests) - {res.CPU, res.MEMORY, res.PODS}:
-                    return None  # other resources (devices, storage) are left to the simulation's own methods
-                pods.append((c.node.zone, p.info))
-    classes: dict[tuple, int] = {}
-    for _, info in pods:
-        classes.setdefault(slot_key(info), len(classes))
-    zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
-    key = (tuple((c.name, c.price) for c in chosen),
-           tuple(sorted(Counter((z or "", classes[slot_key(i)]) for z, i in pods).items())),
-           tuple(sorted(classes.items(), key=lambda kv: kv[1])))
-    if key in _PLANS:
-        return _PLANS[key]
-    found = _plan(snapshot, chosen, pods, classes, zones)
-    if len(_PLANS) >= _PLANS_KEPT:
-        _PLANS.clear()
-    _PLANS[key] = found
-    return found
-
-
 def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[str | None, PodInfo]],
-          classes: dict[tuple, int], zones: list[str | None]) -> Proposal | None:
+          classes: dict[tuple, int], zones: list[str | None], memo: RepackMemo, which: str) -> Proposal | None:
     reps = [None] * len(classes)
     for _, info in pods:
         reps[classes[slot_key(info)]] = info
@@ -295,10 +326,11 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     price_a = np.array(price, dtype=float).T  # zones x types
     now = sum(c.price for c in chosen)
     bound = sum(repack.fractional(counts[z] @ sizes, counts[z].sum(), alloc_a, price_a[z]) for z in range(len(zones)))
-    if now * (1 - highs.DISRUPTION_COST) <= bound * REPACK_SLACK:
+    if not memo.worth_trying(which, snapshot.now, now, bound):
         return None
     packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool))
     if packing is None or not worth_it(chosen, now - packing.cost):
+        memo.nothing(which, snapshot.now, now, bound)
         return None
     # the plan's nodes, each with the very pods it holds
     by_class: dict[tuple[int, int], list[PodInfo]] = {}
@@ -313,6 +345,7 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
             bins.append(NewNodeClaim(nc.template, f"{REPACK_HOSTNAME}-{len(bins)}", nc.requirements, nc.instance_types,
                                      held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
     if not feasible(snapshot, chosen, bins):
+        memo.nothing(which, snapshot.now, now, bound)
         return None
     savings = now - sum(claim_price(b) for b in bins)
     if not worth_it(chosen, savings):
@@ -320,31 +353,67 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     return Proposal(list(chosen), bins, None, savings, pinned=True)
 
 
-def _as_node(nc: NewNodeClaim, name: str) -> ExistingNode:
-    it = nc.instance_types[0]
-    labels = {**nc.template.labels, **it.labels, **nc.requirements.labels(), LABEL_HOSTNAME: name}
-    return ExistingNode(name=name, labels=labels, taints=tuple(nc.template.taints), allocatable=dict(it.allocatable),
-                        requested=dict(nc.template.daemon_overhead), nodepool=nc.template.nodepool)
+def modelled(infos: Sequence[PodInfo]) -> bool:
+    """Are these pods' constraints all ones the re-packing keeps by construction? Requests of CPU and memory; node
+    selectors, affinity and tolerations (a class goes only on the types it may); zone spreads (each pod stays in
+    its zone, so their counts do not change); a hostname anti-affinity or spread among the pods of its own class
+    (its per-node cap). Anything else (pod affinity, an anti-affinity or hostname spread that selects pods of
+    another class, host ports, volumes, devices) is left to the scheduling simulation of upstream's methods."""
+    classes = {slot_key(i): i for i in infos}
+    for k, p in classes.items():
+        if p.affinity or p.host_ports or p.volume_requirements is not None or p.volume_usage or p.dra:
+            return False
+        if set(p.requests) - {res.CPU, res.MEMORY, res.PODS}:
+            return False
+        own = [t.selector for t in p.anti_affinity if t.topology_key == LABEL_HOSTNAME]
+        own += [c.selector for c in p.spread if c.topology_key == LABEL_HOSTNAME and c.when_unsatisfiable == "DoNotSchedule"]
+        if len(own) != len([t for t in p.anti_affinity]) + len([c for c in p.spread if c.topology_key == LABEL_HOSTNAME
+                                                                and c.when_unsatisfiable == "DoNotSchedule"]):
+            return False  # an anti-affinity over zones or another key
+        for c in p.spread:
+            if c.topology_key not in (LABEL_ZONE, LABEL_HOSTNAME) and c.when_unsatisfiable == "DoNotSchedule":
+                return False
+        for sel in own:
+            if any(j != k and sel.matches(q.labels) and q.namespace == p.namespace for j, q in classes.items()):
+                return False
+    return True
 
 
 def feasible(snapshot: ClusterSnapshot, cands: Sequence[Candidate], bins: Sequence[NewNodeClaim]) -> bool:
-    """Does every pod of the plan fit its planned node, with every constraint the scheduler judges (requests,
-    taints, node and pod affinity, topology spread) against the cluster without the candidates?"""
-    names = {c.name for c in cands}
-    nodes = [n.existing for n in snapshot.nodes if n.name not in names]
-    pinned: list[PodInfo] = []
-    for k, nc in enumerate(bins):
-        name = f"{REPACK_HOSTNAME}-placeholder-{k}"
-        nodes.append(_as_node(nc, name))
-        for info in nc.pods:
-            m = moving(info)
-            sel = m.node_selector.copy()
-            sel.add(Requirement.new(LABEL_HOSTNAME, IN, [name]))
-            pinned.append(replace(m, node_selector=sel, class_key=ClassKey(tuple(m.class_key) + (name,))))
-    sched = Scheduler(snapshot.templates, nodes, respect_preferences=snapshot.respect_preferences,
-                      ignore_dra=snapshot.ignore_dra, hostname_prefix=f"{REPACK_HOSTNAME}-unplanned")
-    r = sched.solve(pinned)
-    return not r.errors and not r.new_nodeclaims
+    """Does every planned node hold its pods: requests within its type's allocatable (less daemons), each class
+    within its per-node cap and on a type it may go on, and no pod of the cluster left out of the plan repelling
+    the plan's pods (an anti-affinity to them held by a pod that is not moving)?"""
+    moving_keys = {p.key for nc in bins for p in nc.pods}
+    for nc in bins:
+        it = nc.instance_types[0]
+        used = res.add(dict(nc.template.daemon_overhead), res.total(p.requests for p in nc.pods))
+        if not any(res.PODS in p.requests for p in nc.pods):
+            used[res.PODS] = used.get(res.PODS, 0) + len(nc.pods)
+        if any(v > it.allocatable.get(r, 0) for r, v in used.items() if v):
+            return False
+        labels = {**nc.template.labels, **it.labels, **nc.requirements.labels()}
+        for k, group in _by_class(nc.pods).items():
+            p = group[0]
+            if len(group) > _per_node_cap(p) or tolerates_all(p.tolerations, nc.template.taints) is not None:
+                return False
+            if not p.strict_requirements().satisfied_by_labels(labels) or \
+                    (p.required_terms and not any(t.satisfied_by_labels(labels) for t in p.required_terms)):
+                return False
+    for n in snapshot.nodes:  # a pod staying put whose anti-affinity over zones repels moving pods
+        for ps in n.pods:
+            if ps.info.key in moving_keys:
+                continue
+            for t in ps.info.anti_affinity:
+                if t.topology_key != LABEL_HOSTNAME and any(t.selector.matches(p.labels) for nc in bins for p in nc.pods):
+                    return False
+    return True
+
+
+def _by_class(pods: Sequence[PodInfo]) -> dict[tuple, list[PodInfo]]:
+    out: dict[tuple, list[PodInfo]] = {}
+    for p in pods:
+        out.setdefault(slot_key(p), []).append(p)
+    return out
 
 
 def revalidate(snapshot: ClusterSnapshot, cands: Sequence[Candidate], bins: Sequence[NewNodeClaim]) -> bool:

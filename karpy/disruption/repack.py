@@ -6,9 +6,10 @@ how many nodes of each pattern to launch so that every class's pods are covered 
 HiGHS), and its dual prices say what each class is worth. A new pattern is worth adding when its pods are worth
 more than its type costs; the most valuable pattern for every type at once comes from one two-dimensional
 knapsack table (CPU x memory, sizes rounded up to the table's grid, so every pattern fits for real). When no
-pattern is worth adding, the LP is as cheap as any packing can be; the integer choice of patterns is then made by
-HiGHS's branch and bound with a node limit (deterministic), and every node chosen is shrunk to the cheapest type
-its pods fit.
+pattern is worth adding, the LP is as cheap as any packing can be. The integer choice is a dive: every pattern the
+LP uses (nearly) whole is launched, then the patterns are priced again for the pods left, until none are; every
+node chosen is shrunk to the cheapest type its pods fit. Nothing depends on time or chance: the same input gives
+the same nodes.
 
 Classes are zoned: pods keep the zone they run in, so zone spreads keep their counts; a class may cap how many
 of its pods one node takes (hostname anti-affinity or spread: one), and may only go on the types it tolerates
@@ -24,11 +25,8 @@ import numpy as np
 CPU_CELLS = 480  # the knapsack table's grid: CPU and memory cells across the largest type
 MEM_CELLS = 768
 MAX_ROUNDS = 120  # column generation rounds per zone (each adds up to one pattern per type)
-DIVE_ROUNDS = 20  # and after each step of the dive
-MIP_MAX_NODES = 50
-MIP_REL_GAP = 5e-3
-MIP_COLUMNS = 150
-MIP_HEURISTIC_EFFORT = 0.5
+ROUND_UP = 0.75  # the share of a pattern the dive rounds up to a whole node
+DIVE_ROUNDS = 10  # and after each step of the dive
 
 
 @dataclass
@@ -105,7 +103,7 @@ class _Table:
         return out
 
 
-def _master(cols: list[tuple[int, np.ndarray]], price: np.ndarray, demand: np.ndarray, integer: bool):
+def _master(cols: list[tuple[int, np.ndarray]], price: np.ndarray, demand: np.ndarray):
     import highspy
 
     n, m = len(demand), len(cols)
@@ -123,11 +121,6 @@ def _master(cols: list[tuple[int, np.ndarray]], price: np.ndarray, demand: np.nd
     lp.a_matrix_.index_ = colidx.astype(np.int32)
     lp.a_matrix_.value_ = a[rows, colidx]
     h = _highs()
-    if integer:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * m
-        h.setOptionValue("mip_max_nodes", MIP_MAX_NODES)
-        h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
-        h.setOptionValue("mip_heuristic_effort", MIP_HEURISTIC_EFFORT)
     h.passModel(lp)
     h.run()
     sol = h.getSolution()
@@ -171,7 +164,7 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
             limit = np.minimum(cap, want)
             lpv, x = 0.0, None
             for _ in range(rounds):
-                lpv, duals, x = _master(cols, zp, want, integer=False)
+                lpv, duals, x = _master(cols, zp, want)
                 added = False
                 for t, y in enumerate(table.best(np.maximum(duals, 0.0), limit, allowed)):
                     if y is None or not offered[t] or not y.any() or y.sum() > alloc[t, 2]:
@@ -196,7 +189,7 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
             if first:
                 bound += lpv
                 first = False
-            whole = np.floor(x + 1e-6)
+            whole = np.floor(x + 1 - ROUND_UP)  # a pattern the LP uses nearly whole is launched whole
             if not whole.any():
                 whole[int(np.argmax(x))] = 1.0
             for k in sorted(np.flatnonzero(whole), key=lambda k: (-cols[k][1].sum(), k)):
