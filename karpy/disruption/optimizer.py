@@ -202,86 +202,24 @@ def _pinned_claim(tpl: NodeClaimTemplate, it, zone: str | None) -> NewNodeClaim 
     return NewNodeClaim(tpl, "", reqs, [it], [], dict(tpl.daemon_overhead))
 
 
-def _use(c: Candidate) -> float:
-    e = c.node.existing
-    return max((e.requested.get(r, 0) / e.allocatable[r] for r in (res.CPU, res.MEMORY) if e.allocatable.get(r)),
-               default=1.0)
-
-
 def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
                memo: RepackMemo | None = None) -> Proposal | None:
-    """Replace the candidates the budgets allow by the cheapest nodes that hold their pods, each pod staying in
-    its zone; None when that does not save enough, or when the cluster is not at rest (pods pending, nodes
-    leaving), or when the scheduler refuses the plan."""
+    """Replace the nodes the model would remove (within the budgets) by the cheapest nodes that hold their pods,
+    each pod staying in its zone; None when that does not save enough, when the cluster is not at rest (pods
+    pending, nodes launching or leaving), or when the pods carry constraints the plan does not keep."""
     if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating or not n.initialized for n in snapshot.nodes):
         return None  # not at rest: pods to place, nodes coming or going
     memo = memo if memo is not None else RepackMemo()
-    ok = [c for c in cands if c.node.capacity_type != CAPACITY_SPOT]
-    # every node the budgets allow first (the most a re-packing can save), then only those the model would remove
-    for which, chosen in (("model", None),):
-        if chosen is None:
-            chosen = _model_choice(snapshot, ok, budgets)
-        if not chosen:
-            continue
-        pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
-                if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
-        if not pods or not modelled([info for _, info in pods]):
-            continue
-        classes: dict[tuple, int] = {}
-        for _, info in pods:
-            classes.setdefault(slot_key(info), len(classes))
-        zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
-        found = _plan(snapshot, chosen, pods, classes, zones, memo, which)
-        if found is not None:
-            return found
-    return None
-
-
-def _use(c: Candidate) -> float:
-    e = c.node.existing
-    return max((e.requested.get(r, 0) / e.allocatable[r] for r in (res.CPU, res.MEMORY) if e.allocatable.get(r)),
-               default=1.0)
-
-
-def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
-               memo: RepackMemo | None = None) -> Proposal | None:
-    """Replace the candidates the budgets allow by the cheapest nodes that hold their pods, each pod staying in
-    its zone; None when that does not save enough, or when the cluster is not at rest (pods pending, nodes
-    leaving), or when the scheduler refuses the plan."""
-    if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating or not n.initialized for n in snapshot.nodes):
-        return None  # not at rest: pods to place, nodes coming or going
-    memo = memo if memo is not None else RepackMemo()
-    ok = [c for c in cands if c.node.capacity_type != CAPACITY_SPOT]
-    # every node the budgets allow first (the most a re-packing can save), then only those the model would remove
-    for which, chosen in (("model", None),):
-        if chosen is None:
-            chosen = _model_choice(snapshot, ok, budgets)
-        if not chosen:
-            continue
-        pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
-                if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
-        if not pods or not modelled([info for _, info in pods]):
-            continue
-        classes: dict[tuple, int] = {}
-        for _, info in pods:
-            classes.setdefault(slot_key(info), len(classes))
-        zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
-        found = _plan(snapshot, chosen, pods, classes, zones, memo, which)
-        if found is not None:
-            return found
-    return None
-
-
-def _take(cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate]:
-    """The candidates the NodePools' budgets allow, the least used first."""
-    left = dict(budgets)
-    out = []
-    for c in sorted(cands, key=lambda c: (_use(c), c.name)):
-        pool = c.node.nodepool or ""
-        if left.get(pool, 0) > 0:
-            left[pool] -= 1
-            out.append(c)
-    return out
+    chosen = _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
+    pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
+            if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    if not pods or not modelled([info for _, info in pods]):
+        return None
+    classes: dict[tuple, int] = {}
+    for _, info in pods:
+        classes.setdefault(slot_key(info), len(classes))
+    zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
+    return _plan(snapshot, chosen, pods, classes, zones, memo, "model")
 
 
 def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[str | None, PodInfo]],
