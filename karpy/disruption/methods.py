@@ -587,7 +587,7 @@ class DisruptionEngine:
         constrained = any(budgets.get(c.node.nodepool or "", 0) <= 0 for c in cands)
         if self.repack_memo is None:
             self.repack_memo = optimizer.RepackMemo()
-        found = optimizer.propose(snapshot, cands, budgets, self.repack_memo)
+        found = optimizer.propose(snapshot, cands, budgets, self.repack_memo, simulate)
         if found is None:
             return None, constrained
         cmd = Command(UNDERUTILIZED, "optimizer", found.candidates, list(found.replacements), savings=found.savings,
@@ -747,9 +747,14 @@ class DisruptionEngine:
                     return None, "scheduling"
                 return Command(UNDERUTILIZED, "optimizer", fresh, list(cmd.replacements), savings=cmd.savings,
                                pinned=True), None
-            sim = simulate(snapshot, fresh, consolidation=True)
+            sim = simulate(snapshot, fresh, consolidation=True, refine=cmd.method == "optimizer")
             if not sim.ok:
                 return None, "scheduling"
+            if cmd.method == "optimizer":
+                reps, savings = optimizer.evaluate(fresh, sim.results)
+                if not optimizer.worth_it(fresh, savings) or savings + 1e-9 < cmd.savings * 0.5:
+                    return None, "scheduling"
+                return Command(UNDERUTILIZED, "optimizer", fresh, reps, savings=savings, results=sim.results), None
             new = sim.results.new_nodeclaims
             if bool(new) != bool(cmd.replacements):
                 return None, "scheduling"  # the simulation now gives a different answer

@@ -21,7 +21,7 @@ leave the decision to upstream's methods, which run after.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from .state import ClusterSnapshot
 
 GATE = highs.GATE
 RESOURCES = (res.CPU, res.MEMORY, res.PODS)
+SHRINK_TRIES = 6  # the scheduler-checked set, then its most wasteful half, quarter, ...
 
 
 @dataclass
@@ -103,9 +104,33 @@ def worth_it(cands: Sequence[Candidate], savings: float) -> bool:
 
 
 def propose(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int],
-            memo: "RepackMemo | None" = None) -> Proposal | None:
-    """The re-packing of the nodes the model would remove (:func:`repack_all`), or None."""
-    return repack_all(snapshot, cands, budgets, memo)
+            memo: "RepackMemo | None" = None, simulate: Callable | None = None) -> Proposal | None:
+    """The re-packing of the nodes the model would remove (:func:`repack_all`), or None. When the re-packing
+    declines those nodes' pods (constraints it does not keep, see :func:`modelled`), the model's set and then its
+    most wasteful halves are simulated by the scheduler instead (``simulate``), each replacement as the simulation
+    opens it."""
+    chosen = _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
+    infos = [p.info for c in chosen for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    if not infos or modelled(infos) or simulate is None:
+        return repack_all(snapshot, cands, budgets, memo)
+    size = len(chosen)
+    for _ in range(SHRINK_TRIES):
+        if size < 1:
+            break
+        sub = chosen[:size]
+        sim = simulate(snapshot, sub, consolidation=True, refine=True)
+        if sim.ok:
+            reps, savings = evaluate(sub, sim.results)
+            if worth_it(sub, savings):
+                return Proposal(sub, reps, sim.results, savings)
+        size //= 2
+    return None
+
+
+def evaluate(cands: Sequence[Candidate], results: Results) -> tuple[list[NewNodeClaim], float]:
+    """The NodeClaims a simulation opens and what removing the candidates for them saves, $/h."""
+    reps = list(results.new_nodeclaims)
+    return reps, sum(c.price for c in cands) - sum(claim_price(nc) for nc in reps)
 
 
 def _model_choice(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate]:
