@@ -166,8 +166,8 @@ def _model_choice(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets
 # first-fit, largest pod first, and a node's type is the cheapest that holds what first-fit put there. With pods
 # of many shapes that leaves nodes whose CPU and memory are out of step with their type's. The re-packing instead
 # chooses the new nodes and what each holds together (karpy.disruption.repack: column generation over node
-# patterns, per zone), checks the result with the scheduler (each pod pinned to its planned node, every
-# constraint judged), and names each replacement's pods, which karpy's provisioner then places there when the
+# patterns, per zone), checks each planned node by construction (see feasible; pods whose constraints that does
+# not cover are declined, see modelled), and names each replacement's pods, which karpy's provisioner then places there when the
 # pods are re-created (karpy.controllers.provisioning, with the gate on).
 
 REPACK_HOSTNAME = "repack"
@@ -181,20 +181,19 @@ class RepackMemo:
     REPACK_BACKOFF seconds; a change of either (pods gone, nodes added) lifts the wait."""
 
     def __init__(self) -> None:
-        # per choice of nodes (all, the model's): (until, cost of the nodes, bound of their pods)
-        self.failed: dict[str, tuple[float, float, float]] = {}
+        self.failed: tuple[float, float, float] | None = None  # (until, cost of the nodes, bound of their pods)
 
-    def worth_trying(self, which: str, now: float, cost_now: float, bound: float) -> bool:
+    def worth_trying(self, now: float, cost_now: float, bound: float) -> bool:
         if cost_now * (1 - highs.DISRUPTION_COST) <= bound * REPACK_SLACK:
             return False  # even a packing as close to the bound as they come would not pay
-        if which in self.failed:
-            until, cost, was = self.failed[which]
+        if self.failed is not None:
+            until, cost, was = self.failed
             if now < until and abs(cost_now - cost) <= 0.02 * cost and abs(bound - was) <= 0.02 * was:
                 return False
         return True
 
-    def nothing(self, which: str, now: float, cost_now: float, bound: float) -> None:
-        self.failed[which] = (now + REPACK_BACKOFF, cost_now, bound)
+    def nothing(self, now: float, cost_now: float, bound: float) -> None:
+        self.failed = (now + REPACK_BACKOFF, cost_now, bound)
 
 
 def slot_key(p: PodInfo) -> tuple:
@@ -244,11 +243,11 @@ def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: d
     for _, info in pods:
         classes.setdefault(slot_key(info), len(classes))
     zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
-    return _plan(snapshot, chosen, pods, classes, zones, memo, "model")
+    return _plan(snapshot, chosen, pods, classes, zones, memo)
 
 
 def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[str | None, PodInfo]],
-          classes: dict[tuple, int], zones: list[str | None], memo: RepackMemo, which: str) -> Proposal | None:
+          classes: dict[tuple, int], zones: list[str | None], memo: RepackMemo) -> Proposal | None:
     reps = [None] * len(classes)
     for _, info in pods:
         reps[classes[slot_key(info)]] = info
@@ -289,11 +288,11 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     price_a = np.array(price, dtype=float).T  # zones x types
     now = sum(c.price for c in chosen)
     bound = sum(repack.fractional(counts[z] @ sizes, counts[z].sum(), alloc_a, price_a[z]) for z in range(len(zones)))
-    if not memo.worth_trying(which, snapshot.now, now, bound):
+    if not memo.worth_trying(snapshot.now, now, bound):
         return None
     packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool))
     if packing is None or not worth_it(chosen, now - packing.cost):
-        memo.nothing(which, snapshot.now, now, bound)
+        memo.nothing(snapshot.now, now, bound)
         return None
     # the plan's nodes, each with the very pods it holds
     by_class: dict[tuple[int, int], list[PodInfo]] = {}
@@ -308,7 +307,7 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
             bins.append(NewNodeClaim(nc.template, f"{REPACK_HOSTNAME}-{len(bins)}", nc.requirements, nc.instance_types,
                                      held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
     if not feasible(snapshot, chosen, bins):
-        memo.nothing(which, snapshot.now, now, bound)
+        memo.nothing(snapshot.now, now, bound)
         return None
     savings = now - sum(claim_price(b) for b in bins)
     if not worth_it(chosen, savings):
@@ -328,11 +327,10 @@ def modelled(infos: Sequence[PodInfo]) -> bool:
             return False
         if set(p.requests) - {res.CPU, res.MEMORY, res.PODS}:
             return False
-        own = [t.selector for t in p.anti_affinity if t.topology_key == LABEL_HOSTNAME]
-        own += [c.selector for c in p.spread if c.topology_key == LABEL_HOSTNAME and c.when_unsatisfiable == "DoNotSchedule"]
-        if len(own) != len([t for t in p.anti_affinity]) + len([c for c in p.spread if c.topology_key == LABEL_HOSTNAME
-                                                                and c.when_unsatisfiable == "DoNotSchedule"]):
+        if any(t.topology_key != LABEL_HOSTNAME for t in p.anti_affinity):
             return False  # an anti-affinity over zones or another key
+        own = [t.selector for t in p.anti_affinity]
+        own += [c.selector for c in p.spread if c.topology_key == LABEL_HOSTNAME and c.when_unsatisfiable == "DoNotSchedule"]
         for c in p.spread:
             if c.topology_key not in (LABEL_ZONE, LABEL_HOSTNAME) and c.when_unsatisfiable == "DoNotSchedule":
                 return False
