@@ -8,7 +8,16 @@ from .conftest import claim
 
 
 def test_concurrent_launches_share_createfleet_calls_and_each_claim_gets_its_own_instance(env):
+    from karpy.cloudprovider.ec2.batcher import (create_fleet_batcher, describe_instances_batcher,
+                                                 terminate_instances_batcher)
+
     p, nc, faults, account = env
+    # A wider window than upstream's 35 ms: the ten callers resolve their launch templates first, and on a
+    # loaded two-core CI machine one of them can arrive later than 35 ms after the others.
+    window = {"idle": 0.5, "max_wait": 5.0}
+    p.fleets = create_fleet_batcher(p.c, **window)
+    p.describes = describe_instances_batcher(p.c, **window)
+    p.terminations = terminate_instances_batcher(p.c, **window)
     claims = [claim(f"arm-{i}") for i in range(6)] + \
         [claim(f"x86-{i}", arch="amd64", types=("m5.large", "c5.large")) for i in range(4)]
     with ThreadPoolExecutor(len(claims)) as ex:
