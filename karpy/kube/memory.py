@@ -326,6 +326,30 @@ class MemoryAPI:
             self._event_seq += 1
             return f"{involved}.{self._event_seq:x}"
 
+    def create_event(self, involved: str, namespace: str, annotations: dict | None, body: dict) -> dict:
+        """Create an Event named as :meth:`event_name` names one, stored exactly as :meth:`create` would store
+        ``{"apiVersion": "v1", "kind": "Event", "metadata": {"name", "namespace", "annotations"}, **body}``, on a
+        short path (Events are most of what a simulation writes): an Event has no owners, no admission, no
+        generation and no uid index."""
+        with self._lock:
+            name = self.event_name(involved)
+            ns = namespace or "default"
+            store = self._objects.get("Event")
+            if store is None:
+                store = self._objects["Event"] = {}
+            meta: dict[str, Any] = {"name": name, "namespace": ns}
+            if annotations:
+                meta["annotations"] = annotations
+            if (ns, name) in store:  # an Event of that name exists already: create() says so
+                return self.create({"apiVersion": "v1", "kind": "Event", "metadata": meta, **body})
+            meta["uid"] = self._uid("Event", ns, name)
+            meta["resourceVersion"] = str(self._next_rv())
+            meta["creationTimestamp"] = fmt_time(self.clock.now())
+            new = {"apiVersion": "v1", "kind": "Event", "metadata": meta, **body}
+            store[(ns, name)] = new
+            self._emit("Event", ADDED, new, None)
+            return new
+
     def new_uid(self, kind: str, namespace: str, name: str) -> str:
         """A uid for an object about to be created (one that must name itself, as a Job's selector does)."""
         with self._lock:
