@@ -382,12 +382,15 @@ class Disruption:
 
     def emit_node(self, name: str, reason: str, message: str, etype: str = "Normal", dedupe: bool = False) -> None:
         c = self.env.cluster
+        rec = self.env.recorder
         sn = c.state_node_by_name(name)
         window = EVENT_DEDUPE.get(reason, 120.0) if dedupe else None
         node = sn.node if sn is not None else None
-        self.env.recorder.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window)
-        if sn is not None and sn.claim is not None:
-            self.env.recorder.publish(ref(sn.claim), reason, message, etype, dedupe=window)
+        if not (window and rec.suppressed("Node", name, reason, message, window)):
+            rec.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window)
+        if sn is not None and sn.claim is not None and not (
+                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, message, window)):
+            rec.publish(ref(sn.claim), reason, message, etype, dedupe=window)
 
     # --- starting a command --------------------------------------------------------------------
     def start(self, cmd: Command) -> None:

@@ -54,6 +54,13 @@ class Recorder:
         # keeps hundreds of thousands of Events
         self._sources: dict[str, dict] = {}
 
+    def suppressed(self, kind: str, name: str, reason: str, message: str, dedupe: float,
+                   namespace: str | None = None) -> bool:
+        """Whether :meth:`publish` with ``dedupe`` would drop this event now (an identical one is that recent):
+        a caller can skip building the reference. Records nothing."""
+        last = self._seen.get((kind, namespace, name, reason, message))
+        return last is not None and self.clock.now() - last < dedupe
+
     def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
                 dedupe: float | None = None, annotations: Mapping[str, str] | None = None,
                 component: str | None = None) -> None:

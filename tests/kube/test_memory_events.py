@@ -68,3 +68,18 @@ def test_a_taken_event_name_is_refused():
     api.create({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "n1.1", "namespace": "default"}})
     with pytest.raises(E.AlreadyExists):
         Recorder(api, clock).publish({"kind": "Node", "name": "n1"}, "Registered", "ok")
+
+
+def test_suppressed_says_what_publish_with_dedupe_would_drop():
+    clock = SimClock(T0)
+    api = MemoryAPI(clock=clock)
+    rec = Recorder(api, clock)
+    assert not rec.suppressed("Node", "n1", "Unconsolidatable", "not empty", 900.0)
+    rec.publish({"kind": "Node", "name": "n1"}, "Unconsolidatable", "not empty", dedupe=900.0)
+    assert rec.suppressed("Node", "n1", "Unconsolidatable", "not empty", 900.0)
+    assert not rec.suppressed("Node", "n1", "Unconsolidatable", "another message", 900.0)
+    assert not rec.suppressed("NodeClaim", "n1", "Unconsolidatable", "not empty", 900.0)
+    clock.set(T0 + 900)
+    assert not rec.suppressed("Node", "n1", "Unconsolidatable", "not empty", 900.0)
+    rec.publish({"kind": "Node", "name": "n1"}, "Unconsolidatable", "not empty", dedupe=900.0)
+    assert len(_events(api)) == 2
