@@ -56,6 +56,8 @@ class Manager:
         self.store: dict[str, dict[tuple[str, str], dict]] = {}
         self._handlers: dict[str, list[Handler]] = {}
         self._uncached: set[str] = set()  # kinds only watched, not kept in the store (see watch)
+        # uncached kinds whose every watch takes only some objects: kind -> the tests (see watch)
+        self._only: dict[str, list[Callable[[dict], bool]]] = {}
         self._cached: set[str] = set()
         self._queue: deque[tuple[Controller, Any]] = deque()
         self._idle: deque[tuple[Controller, Any]] = deque()  # run once everything else at this instant is done
@@ -79,11 +81,14 @@ class Manager:
         self.controllers.append(controller)
         controller.setup(self)
 
-    def watch(self, kind: str, handler: Handler, cache: bool = True) -> None:
+    def watch(self, kind: str, handler: Handler, cache: bool = True,
+              only: Callable[[dict], bool] | None = None) -> None:
         """Call ``handler(type, obj, old)`` with every change of ``kind``. With ``cache=False`` (and no other
         watch of the kind asking for it) the objects are not kept in the store: the handler sees each change
         once, with ``old`` None, and ``get``/``list`` of the kind find nothing (Events: many, written once,
-        read by nobody from the cache)."""
+        read by nobody from the cache). ``only`` (with ``cache=False``) says which objects the handler wants:
+        while every watch of an uncached kind has one, changes no watch wants are not delivered at all."""
+        first = kind not in self._handlers
         self._handlers.setdefault(kind, []).append(handler)
         self.store.setdefault(kind, {})
         if cache:
@@ -91,6 +96,14 @@ class Manager:
             self._uncached.discard(kind)
         elif kind not in self._cached:
             self._uncached.add(kind)
+        if cache or only is None or (not first and kind not in self._only):
+            self._only.pop(kind, None)
+        else:
+            self._only.setdefault(kind, []).append(only)
+
+    def _unwanted(self, kind: str, obj: dict) -> bool:
+        tests = self._only.get(kind)
+        return tests is not None and kind in self._uncached and not any(t(obj) for t in tests)
 
     def watched_kinds(self) -> list[str]:
         return list(self._handlers)
@@ -129,8 +142,11 @@ class Manager:
 
             feed = self._feed
 
+            only = self._only
+
             def hook(etype: str, obj: dict, old: dict | None) -> None:
-                if obj.get("kind") in watched:
+                kind = obj.get("kind")
+                if kind in watched and not (kind in only and self._unwanted(kind, obj)):
                     if self.realtime:
                         self.feed(etype, obj)
                     else:
@@ -160,6 +176,8 @@ class Manager:
             etype, obj = feed.popleft()
             kind = obj.get("kind", "")
             if kind in uncached:
+                if kind in self._only and self._unwanted(kind, obj):
+                    continue  # (from a real API server's informer: the write hook drops them before)
                 for h in self._handlers[kind]:
                     h(etype, obj, None)
                 n += 1

@@ -180,7 +180,7 @@ class KubeScheduler:
     def setup(self, mgr: Manager) -> None:
         mgr.watch("Node", self._on_node)
         mgr.watch("Pod", self._on_pod)
-        mgr.watch("Event", self._on_event, cache=False)  # only Nominated ones matter, once each
+        mgr.watch("Event", self._on_event, cache=False, only=_nominated)  # only Nominated ones matter, once each
         mgr.watch("NodeClaim", self._on_claim)
         mgr.watch("PersistentVolumeClaim", self._on_volume_claim)
 
@@ -809,6 +809,10 @@ class KubeScheduler:
         pod = self.mgr.get("Pod", name, ns)
         self.recorder.publish(ref(pod, kind="Pod", name=name, namespace=ns), "Scheduled",
                               f"Successfully assigned {key} to {n.name}", component="default-scheduler")
+
+
+def _nominated(event: dict) -> bool:
+    return event.get("reason") == "Nominated"
 
 
 def _topological(info: PodInfo) -> bool:
