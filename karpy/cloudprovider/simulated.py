@@ -527,6 +527,10 @@ class SimulatedCloudProvider:
     def list(self) -> list[dict]:
         return [self._as_nodeclaim({"metadata": {"name": i.nodeclaim}}, i) for i in self.cloud.instances.values()]
 
+    def provider_ids(self) -> set[str]:
+        """The provider IDs of what :meth:`list` returns, without building each NodeClaim."""
+        return {i.provider_id for i in self.cloud.instances.values()}
+
     def offering_of(self, provider_id: str) -> tuple[InstanceType, Offering] | None:
         inst = self.cloud.find(provider_id)
         return (inst.instance_type, inst.offering) if inst is not None else None

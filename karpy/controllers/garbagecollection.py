@@ -42,7 +42,8 @@ class GarbageCollection:
         if not claims:
             self.started = False
             return None
-        listed = {((c.get("status") or {}).get("providerID")) for c in env.cloud.list()}
+        ids = getattr(env.cloud, "provider_ids", None)  # (a cloud that can say them without listing everything)
+        listed = ids() if ids is not None else {((c.get("status") or {}).get("providerID")) for c in env.cloud.list()}
         for claim in claims:
             pid = (claim.get("status") or {}).get("providerID")
             if not pid or deleting(claim) or not is_true(claim, "Launched") or pid in listed:
