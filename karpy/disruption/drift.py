@@ -143,8 +143,30 @@ def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str], memo
 
     Strict compatibility, as upstream: a requirement on a key the NodeClaim has no label for drifts it
     unless the requirement is NotIn or DoesNotExist; the rest must intersect the labels."""
-    reqs = _memo("nodepool-drift-requirements", nodepool, lambda: _drift_requirements(nodepool)) if memo \
-        else _drift_requirements(nodepool)
+    if not memo:
+        return _requirements_drifted(_drift_requirements(nodepool), node_labels)
+    reqs = _memo("nodepool-drift-requirements", nodepool, lambda: _drift_requirements(nodepool))
+    # the answer for these very requirements and the same labels, remembered (a controller asks it of every
+    # NodeClaim on every change, and labels rarely change)
+    key = (id(reqs), tuple(node_labels.items()))
+    try:
+        hit = _LABELS_DRIFTED.get(key)
+    except TypeError:  # a label value that is not a string: asked afresh
+        return _requirements_drifted(reqs, node_labels)
+    if hit is not None and hit[0] is reqs:
+        return hit[1]
+    out = _requirements_drifted(reqs, node_labels)
+    if len(_LABELS_DRIFTED) >= _LABELS_DRIFTED_MAX:
+        _LABELS_DRIFTED.clear()
+    _LABELS_DRIFTED[key] = (reqs, out)
+    return out
+
+
+_LABELS_DRIFTED: dict[tuple, tuple[Requirements, bool]] = {}  # (id of the requirements, labels) -> (them, drifted)
+_LABELS_DRIFTED_MAX = 100_000
+
+
+def _requirements_drifted(reqs: Requirements, node_labels: Mapping[str, str]) -> bool:
     for r in reqs:
         if r.key not in node_labels and not r.allows_absent():
             return True

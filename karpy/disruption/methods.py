@@ -296,13 +296,18 @@ def _rejection_key(snapshot: ClusterSnapshot, cands: Sequence[Candidate], probe:
     if _REJECTED[0] is not prep:
         _REJECTED[0], _REJECTED[1] = prep, {}
     own = _moving_pods(snapshot, cands)
-    _, uninitialized = _pending_and_uninitialized(snapshot)
-    gates = snapshot.feature_gates
-    # the pods (pending, leaving, moving) by id: they and the preparation are never changed in place
-    key = (tuple(map(id, snapshot.pending_pods)), tuple(map(id, leaving)), tuple(map(id, own)),
-           tuple((c.name, c.price, c.node.capacity_type) for c in cands), probe,
-           snapshot.min_values_best_effort, tuple(sorted(uninitialized)),
-           tuple(sorted((k, bool(v)) for k, v in gates.items())))
+    # what every key of this snapshot shares, worked out once: the pods pending and leaving by id (they and the
+    # preparation are never changed in place), the uninitialized nodes and the feature gates
+    shared = snapshot.__dict__.get("_rejection_shared")
+    if shared is None or shared[0] is not leaving:
+        _, uninitialized = _pending_and_uninitialized(snapshot)
+        shared = snapshot.__dict__["_rejection_shared"] = (
+            leaving, tuple(map(id, snapshot.pending_pods)), tuple(map(id, leaving)),
+            (snapshot.min_values_best_effort, tuple(sorted(uninitialized)),
+             tuple(sorted((k, bool(v)) for k, v in snapshot.feature_gates.items()))))
+    _, pending_ids, leaving_ids, rest = shared
+    key = (pending_ids, leaving_ids, tuple(map(id, own)),
+           tuple((c.name, c.price, c.node.capacity_type) for c in cands), probe, rest)
     return _REJECTED[1], key, (snapshot.pending_pods, leaving, own)
 
 

@@ -686,6 +686,32 @@ class Prepared:
             if n.node.taints:
                 by_taints.setdefault(tuple(n.node.taints), []).append(n.row)
         self.taint_rows = [(list(t), np.array(rows, dtype=np.int64)) for t, rows in by_taints.items()]
+        self._held: dict[str, list[tuple[tuple, str, int, bool]]] = {}  # see held_counts
+
+    def held_counts(self, node: ExistingNode) -> list[tuple[tuple, str, int, bool]]:
+        """What the node's bound pods add to the prepared topology counts, summed per group and domain: (group
+        ident, domain, pods, whether as owners of an anti-affinity term), in the order first met. A solve that
+        leaves the node out takes them off its copy of the counts; worked out once per node for all solves."""
+        hit = self._held.get(node.name)
+        if hit is not None:
+            return hit
+        topo = self.base.topology
+        labels = _Node(node, None, -1).labels  # type: ignore[arg-type]
+        sums: dict[tuple, int] = {}
+        for p in node.bound_pods:
+            for g in topo.selecting(p.namespace, p.labels, p.label_key):
+                d = labels.get(g.key)
+                if d is not None:
+                    k = (g.ident, d, False)
+                    sums[k] = sums.get(k, 0) + 1
+            for t in p.anti_affinity:
+                g = topo.anti_group(t)
+                d = labels.get(g.key)
+                if d is not None:
+                    k = (g.ident, d, True)
+                    sums[k] = sums.get(k, 0) + 1
+        hit = self._held[node.name] = [(ident, d, k, owner) for (ident, d, owner), k in sums.items()]
+        return hit
 
 
 class Scheduler:
@@ -732,18 +758,13 @@ class Scheduler:
         # topology: the prepared counts, less what the excluded nodes held
         # (copy-on-write: a group's counts are copied when this solve first records into it)
         topo = base.topology.clone()
+        groups = topo.groups
         for n in gone:
-            labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
-            for p in n.bound_pods:
-                for g in topo.selecting(p.namespace, p.labels, p.label_key):
-                    d = labels.get(g.key)
-                    if d is not None:
-                        g.record(d, -1)
-                for t in p.anti_affinity:
-                    g = topo.anti_group(t)
-                    d = labels.get(g.key)
-                    if d is not None:
-                        g.record_owner(d, -1)
+            for ident, d, k, owner in prep.held_counts(n):
+                if owner:
+                    groups[ident].record_owner(d, -k)
+                else:
+                    groups[ident].record(d, -k)
         s.topology = topo
         s._built = True
         return s
@@ -1819,17 +1840,23 @@ class Scheduler:
         src = self._prep.base if self._prep is not None else self
         parts = src._eligible_parts_cache.get(ck) if self._prep is not None else None
         if parts is None:
-            parts = src._eligible_parts(key, strict, tolerations)
+            nodes, templates = src._eligible_parts(key, strict, tolerations)
+            # with every domain, sorted once: a solve leaving nodes out drops only the domains they emptied
+            parts = (nodes, templates, sorted(set(templates).union(nodes)))
             if self._prep is not None:
                 src._eligible_parts_cache[ck] = parts
-        nodes, templates = parts
-        out = set(templates)
+        nodes, templates, every = parts
+        result = every
         if self._gone:
-            gone = Counter(d for n in self._gone if (d := n.domain(key)) is not None and self._eligible_node(n, strict, tolerations))
-            out.update(d for d, c in nodes.items() if c > gone.get(d, 0))
-        else:
-            out.update(nodes)
-        result = sorted(out)
+            gone: dict[str, int] = {}
+            for n in self._gone:
+                d = n.domain(key)
+                if d is not None and self._eligible_node(n, strict, tolerations):
+                    gone[d] = gone.get(d, 0) + 1
+            # the nodes left out are prepared nodes, so their domains are among the nodes' counted ones
+            emptied = {d for d, c in gone.items() if nodes[d] <= c and d not in templates}
+            if emptied:
+                result = [d for d in every if d not in emptied]
         self._eligible_cache[ck] = cls._eligible[(key, policy)] = result
         return result
 
