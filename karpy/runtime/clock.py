@@ -18,7 +18,7 @@ from typing import Callable
 
 
 class Timer:
-    __slots__ = ("when", "priority", "seq", "fn", "keepalive", "cancelled", "label")
+    __slots__ = ("when", "priority", "seq", "fn", "keepalive", "cancelled", "label", "_order")
 
     def __init__(self, when: float, seq: int, fn: Callable[[], None], keepalive: bool, label: str, priority: int = 0):
         self.when = when
@@ -28,12 +28,13 @@ class Timer:
         self.keepalive = keepalive
         self.cancelled = False
         self.label = label
+        self._order = (when, priority, seq)  # the heap's order, built once (a heap compares each timer often)
 
     def cancel(self) -> None:
         self.cancelled = True
 
     def __lt__(self, other: "Timer") -> bool:
-        return (self.when, self.priority, self.seq) < (other.when, other.priority, other.seq)
+        return self._order < other._order
 
 
 class Clock:
