@@ -56,8 +56,9 @@ class Manager:
         self.store: dict[str, dict[tuple[str, str], dict]] = {}
         self._handlers: dict[str, list[Handler]] = {}
         self._uncached: set[str] = set()  # kinds only watched, not kept in the store (see watch)
-        # uncached kinds whose every watch takes only some objects: kind -> the tests (see watch)
-        self._only: dict[str, list[Callable[[dict], bool]]] = {}
+        # uncached kinds whose every watch takes only some objects: kind -> their tests, and one test for them all
+        self._only_tests: dict[str, list[Callable[[dict], bool]]] = {}
+        self._only: dict[str, Callable[[dict], bool]] = {}
         self._cached: set[str] = set()
         self._queue: deque[tuple[Controller, Any]] = deque()
         self._idle: deque[tuple[Controller, Any]] = deque()  # run once everything else at this instant is done
@@ -96,14 +97,13 @@ class Manager:
             self._uncached.discard(kind)
         elif kind not in self._cached:
             self._uncached.add(kind)
-        if cache or only is None or (not first and kind not in self._only):
+        if cache or only is None or (not first and kind not in self._only_tests):
+            self._only_tests.pop(kind, None)
             self._only.pop(kind, None)
         else:
-            self._only.setdefault(kind, []).append(only)
-
-    def _unwanted(self, kind: str, obj: dict) -> bool:
-        tests = self._only.get(kind)
-        return tests is not None and kind in self._uncached and not any(t(obj) for t in tests)
+            tests = self._only_tests.setdefault(kind, [])
+            tests.append(only)
+            self._only[kind] = tests[0] if len(tests) == 1 else (lambda obj, ts=tuple(tests): any(t(obj) for t in ts))
 
     def watched_kinds(self) -> list[str]:
         return list(self._handlers)
@@ -141,12 +141,14 @@ class Manager:
             watched = set(self._handlers)
 
             feed = self._feed
-
             only = self._only
 
             def hook(etype: str, obj: dict, old: dict | None) -> None:
                 kind = obj.get("kind")
-                if kind in watched and not (kind in only and self._unwanted(kind, obj)):
+                if kind in watched:
+                    wanted = only.get(kind)
+                    if wanted is not None and not wanted(obj):
+                        return
                     if self.realtime:
                         self.feed(etype, obj)
                     else:
@@ -176,7 +178,8 @@ class Manager:
             etype, obj = feed.popleft()
             kind = obj.get("kind", "")
             if kind in uncached:
-                if kind in self._only and self._unwanted(kind, obj):
+                wanted = self._only.get(kind)
+                if wanted is not None and not wanted(obj):
                     continue  # (from a real API server's informer: the write hook drops them before)
                 for h in self._handlers[kind]:
                     h(etype, obj, None)
