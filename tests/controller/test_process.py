@@ -153,8 +153,10 @@ def test_one_leader_and_a_standby_that_takes_over(server, kubeconfig, cluster):
         pending(cluster, "second", cpu="3")
         wait_for(lambda: len(claims(cluster)) == 2, what="b provisions")
         # b recovered a's instances from the cluster: the first NodeClaim is still one instance, not relaunched
-        assert len(b.proc.cloud.instances) == 2
+        # (the second NodeClaim's instance is launched just after the NodeClaim is created)
+        wait_for(lambda: len(b.proc.cloud.instances) == 2, what="b launches the second NodeClaim")
         time.sleep(0.5)
+        assert len(b.proc.cloud.instances) == 2
         assert len(claims(cluster)) == 2 and len(cluster.list("Node")[0]) == 2
     finally:
         b.stop()

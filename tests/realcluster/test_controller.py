@@ -162,9 +162,9 @@ def test_sigterm_leader_hands_over_at_once(cluster, tmp_path):
         b = controller(cluster, tmp_path, "b")
         wait_for(lambda: http_get(b.port("health probe"), "/readyz")[0] == 200, what="b ready")
         assert "successfully acquired lease" in a.messages()
+        lease = api.get("Lease", LEASE_NAME, "kube-system")  # held by a
         assert a.stop() == 0
         # the Lease was released: b takes it on its next try, not after the 15 s lease duration
-        lease = api.get("Lease", LEASE_NAME, "kube-system")
         wait_for(lambda: "successfully acquired lease" in b.messages(), timeout=30, what="b takes over")
         taken = api.get("Lease", LEASE_NAME, "kube-system")
         assert taken["spec"]["holderIdentity"] != lease["spec"].get("holderIdentity")
