@@ -174,35 +174,43 @@ class Manager:
         n = 0
         feed = self._feed
         uncached = self._uncached
-        while feed:
-            etype, obj = feed.popleft()
-            kind = obj.get("kind", "")
-            if kind in uncached:
-                wanted = self._only.get(kind)
-                if wanted is not None and not wanted(obj):
-                    continue  # (from a real API server's informer: the write hook drops them before)
-                for h in self._handlers[kind]:
-                    h(etype, obj, None)
-                n += 1
-                continue
-            store = self.store.get(kind)
-            if store is None:
-                continue
-            k = _key(kind, obj)
-            old = store.get(k)
-            if etype == DELETED:
-                if old is None:
+        only = self._only
+        stores = self.store
+        handlers = self._handlers
+        active = False  # a change that is cluster activity was delivered (the clock stands still meanwhile)
+        try:
+            while feed:
+                etype, obj = feed.popleft()
+                kind = obj.get("kind", "")
+                if kind in uncached:
+                    wanted = only.get(kind)
+                    if wanted is not None and not wanted(obj):
+                        continue  # (from a real API server's informer: the write hook drops them before)
+                    for h in handlers[kind]:
+                        h(etype, obj, None)
+                    n += 1
                     continue
-                store.pop(k, None)
-            else:
-                if old is not None and etype == ADDED:
-                    etype = MODIFIED
-                store[k] = obj
-            if kind not in QUIET_KINDS:
+                store = stores.get(kind)
+                if store is None:
+                    continue
+                k = _key(kind, obj)
+                old = store.get(k)
+                if etype == DELETED:
+                    if old is None:
+                        continue
+                    store.pop(k, None)
+                else:
+                    if old is not None and etype == ADDED:
+                        etype = MODIFIED
+                    store[k] = obj
+                if kind not in QUIET_KINDS:
+                    active = True
+                for h in handlers.get(kind, ()):
+                    h(etype, obj, old)
+                n += 1
+        finally:
+            if active:
                 self.last_activity = self.clock.now()
-            for h in self._handlers.get(kind, ()):
-                h(etype, obj, old)
-            n += 1
         return n
 
     # --- the work queue ----------------------------------------------------------------------
