@@ -278,7 +278,18 @@ def _pending_and_uninitialized(snapshot: ClusterSnapshot) -> tuple[set[str], set
 
 def _moving_pods(snapshot: ClusterSnapshot, candidates: Sequence[Candidate]) -> list:
     """The candidates' pods a simulation must find a new home for, as the pods consolidation moves."""
-    return [moving(p.info) for c in candidates for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+    memo = snapshot.__dict__.get("_moving_pods")
+    if memo is None:
+        memo = snapshot.__dict__["_moving_pods"] = {}
+    out: list = []
+    for c in candidates:
+        node = c.node
+        hit = memo.get(id(node))
+        if hit is None or hit[0] is not node:  # (per node of this snapshot, which holds them all)
+            hit = memo[id(node)] = (node, [moving(p.info) for p in node.pods
+                                           if currently_reschedulable(p, snapshot.pdbs, snapshot.now)])
+        out.extend(hit[1])
+    return out
 
 
 # Consolidation answers that found nothing, remembered for the simulation input they came from. A pass whose
@@ -309,6 +320,20 @@ def _rejection_key(snapshot: ClusterSnapshot, cands: Sequence[Candidate], probe:
     key = (pending_ids, leaving_ids, tuple(map(id, own)),
            tuple((c.name, c.price, c.node.capacity_type) for c in cands), probe, rest)
     return _REJECTED[1], key, (snapshot.pending_pods, leaving, own)
+
+
+def _beyond_one_nodeclaim(snapshot: ClusterSnapshot, cands: Sequence[Candidate], pods: Sequence) -> bool:
+    """Whether the pods a multi-node probe must place ask, in some resource, for more than the free room of every
+    node left plus the largest instance type any NodePool offers: then no solve places them all on one new
+    NodeClaim at most (a pod goes only where its requests fit), and the probe is rejected without simulating."""
+    if not pods:
+        return False
+    prep, _ = _prepared(snapshot, True)
+    free, total, largest = prep.room()
+    rows = [prep.index[c.name] for c in cands if c.name in prep.index]
+    theirs = free[rows].sum(axis=0, dtype=object).tolist() if rows else [0] * len(total)
+    need = prep.requests_of(pods)
+    return any(n > t - x + big for n, t, x, big in zip(need, total, theirs, largest))
 
 
 def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
@@ -517,6 +542,9 @@ class DisruptionEngine:
         hit = rejected.get(key)
         if hit is not None:
             unconsolidatable(hit[1])
+            return None
+        if probe and _beyond_one_nodeclaim(snapshot, cands, named[1] + named[2]):
+            unconsolidatable("would need more than one new NodeClaim")
             return None
         sim = simulate(snapshot, cands, consolidation=True, probe=probe, own=named[2])
         if not sim.ok:

@@ -688,6 +688,49 @@ class Prepared:
         self.taint_rows = [(list(t), np.array(rows, dtype=np.int64)) for t, rows in by_taints.items()]
         self._held: dict[str, list[tuple[tuple, str, int, bool]]] = {}  # see held_counts
 
+    def room(self) -> tuple[np.ndarray, list[int], list[int]]:
+        """Per prepared node (row), its free resources (none below zero); their sum per resource; and per
+        resource, the most any instance type of any template offers (daemon overhead not taken off). Sums are
+        Python integers (no overflow)."""
+        hit = self.__dict__.get("_room")
+        if hit is None:
+            base = self.base
+            free = np.maximum(base._alloc_mat - base._used_mat, 0)
+            largest = np.zeros(base.nres, dtype=np.int64)
+            for t in base.templates:
+                for it in t.instance_types:
+                    largest = np.maximum(largest, base.vector(it.allocatable))
+            hit = self._room = (free, [int(x) for x in free.sum(axis=0, dtype=object)], largest.tolist())
+        return hit
+
+    def requests_of(self, pods: Iterable[PodInfo]) -> list[int]:
+        """The pods' requests summed over the prepared resources, as Python integers (pods of a class request
+        alike)."""
+        memo = self.__dict__.setdefault("_class_requests", {})
+        counts: dict[int, list] = {}
+        loose: list[PodInfo] = []
+        for p in pods:
+            k = p.class_key
+            if not k:
+                loose.append(p)
+                continue
+            e = counts.get(id(k))
+            if e is None:
+                counts[id(k)] = [p, 1]
+            else:
+                e[1] += 1
+        total = [0] * self.base.nres
+        for i, (p, n) in counts.items():
+            hit = memo.get(i)
+            if hit is None or hit[0] is not p.class_key:
+                hit = memo[i] = (p.class_key, self.base.vector(p.requests).tolist())
+            for j, x in enumerate(hit[1]):
+                total[j] += x * n
+        for p in loose:
+            for j, x in enumerate(self.base.vector(p.requests).tolist()):
+                total[j] += x
+        return total
+
     def held_counts(self, node: ExistingNode) -> list[tuple[tuple, str, int, bool]]:
         """What the node's bound pods add to the prepared topology counts, summed per group and domain: (group
         ident, domain, pods, whether as owners of an anti-affinity term), in the order first met. A solve that
@@ -917,17 +960,20 @@ class Scheduler:
     # --- topology set-up -----------------------------------------------------------
     def _register_existing_topology(self, classes: list[_Class]) -> None:
         """Count pods already running (and their anti-affinity terms) into the groups."""
-        placements: list[tuple[PodInfo, Mapping[str, str]]] = []
-        for n in self._inputs():
-            labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
-            for p in n.bound_pods:
-                placements.append((p, labels))
-        placements.extend(self._bound_elsewhere)
         # pods of one class on one node count alike: counted together, in the order they first appear (so every
         # group meets its domains in the same order as pod by pod); a class by its key's identity (pods of a
         # shape share it; equal keys apart are counted apart, to the same counts)
         together: dict[tuple, list] = {}
-        for p, labels in placements:
+        for n in self._inputs():
+            labels = _Node(n, None, -1).labels  # type: ignore[arg-type]
+            for k, p, count in _pod_classes(n):
+                k = (id(labels), k)
+                e = together.get(k)
+                if e is None:
+                    together[k] = [p, labels, count]
+                else:
+                    e[2] += count
+        for p, labels in self._bound_elsewhere:
             k = (id(labels), id(p.class_key) if p.class_key else class_key(p))
             e = together.get(k)
             if e is None:
@@ -2272,6 +2318,27 @@ class Scheduler:
         prices = ts.prices(claim.req)[idx]
         kept = idx[np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]]
         return _min_values_short(claim.req, ts, kept)
+
+
+def _pod_classes(node: ExistingNode) -> list[tuple[object, PodInfo, int]]:
+    """The node's bound pods by class (its key's identity, or the key itself when a pod has none), in the order
+    they first appear: (key, first pod, how many). Kept on the node, whose pods are never changed in place (a
+    snapshot reuses the nodes that did not change, and with them this answer)."""
+    pods = node.bound_pods
+    hit = node.__dict__.get("_karpy_pod_classes")
+    if hit is not None and hit[0] is pods and hit[1] == len(pods):
+        return hit[2]
+    found: dict[object, list] = {}
+    for p in pods:
+        k = id(p.class_key) if p.class_key else class_key(p)
+        e = found.get(k)
+        if e is None:
+            found[k] = [k, p, 1]
+        else:
+            e[2] += 1
+    out = [(k, p, count) for k, p, count in found.values()]
+    node.__dict__["_karpy_pod_classes"] = (pods, len(pods), out)
+    return out
 
 
 def _domain_of(target, key: str, req: Requirements) -> str | None:
