@@ -89,3 +89,24 @@ def test_a_type_not_offered_in_a_zone_is_not_used_there():
     p = repack.pack(sizes, counts, np.array([1 << 30], dtype=float), ALLOC, price, np.ones((len(TYPES), 1), dtype=bool))
     _check(p, sizes, counts, np.array([1 << 30]), np.ones((len(TYPES), 1), dtype=bool))
     assert not any(t in big for t, _ in p.nodes[1]) and p.nodes[1]
+
+
+def test_a_node_already_packed_well_is_kept_and_only_the_wasteful_one_is_replaced():
+    # five CPU-heavy pods (3.5 vCPU, 2 GiB). Today a c-16x holds four of them, as full as any node can be, and an
+    # m-16x holds the fifth, mostly empty. Moving the c-16x's pods cannot save what a disruption must save; the
+    # fifth pod fits a c-4x, a fifth of the m-16x's price.
+    sizes = np.array([[3500, 2048]], dtype=float)
+    counts = np.array([[5.0]])
+    cap = np.array([1 << 30], dtype=float)
+    compat = np.ones((len(TYPES), 1), dtype=bool)
+    c16, m16 = PRICE[TYPES.index(("c", 16))], PRICE[TYPES.index(("m", 16))]
+    keep = [[(np.array([4.0]), c16 * (1 - highs.DISRUPTION_COST), c16),
+             (np.array([1.0]), m16 * (1 - highs.DISRUPTION_COST), m16)]]
+    p = repack.pack(sizes, counts, cap, ALLOC, PRICE[None, :], compat, keep)
+    assert p.kept == [[0]]  # the well-packed node stays as it is
+    assert [y.tolist() for _, y in p.nodes[0]] == [[1.0]]  # only the wasteful node's pod moves
+    new_cost = sum(PRICE[t] for t, _ in p.nodes[0])
+    assert new_cost < 0.25 * m16 and p.cost == pytest.approx(c16 + new_cost)
+    # offered nothing to keep, the packing places every pod on new nodes
+    q = repack.pack(sizes, counts, cap, ALLOC, PRICE[None, :], compat)
+    assert q.kept is None and sum(y.sum() for _, y in q.nodes[0]) == 5

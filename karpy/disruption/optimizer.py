@@ -5,7 +5,8 @@ into at most one new node), and where the pods go is the scheduling simulation's
 With the gate on, each disruption pass first asks a model of the whole cluster (:mod:`karpy.disruption.highs`,
 solved by HiGHS) which consolidatable nodes to remove, within the NodePools' budgets; then chooses the new nodes
 and which pods each holds together (:mod:`karpy.disruption.repack`: column generation over node patterns, zone
-by zone, each pod staying in its zone), and checks the plan (every pod within its planned node's allocatable,
+by zone, each pod staying in its zone; a chosen node the re-packing would not change enough to pay for its move
+is kept as it is), and checks the plan (every pod within its planned node's allocatable,
 per-node cap and allowed types; no pod left behind repelling it). The command goes ahead when it saves more
 than ``DISRUPTION_COST`` of the removed nodes' price. It is carried out by the disruption queue as upstream's
 are (replacements launched and initialized before the candidates drain), and each replacement names the pods
@@ -182,6 +183,13 @@ class RepackMemo:
 
     def __init__(self) -> None:
         self.failed: tuple[float, float, float] | None = None  # (until, cost of the nodes, bound of their pods)
+        # the clusters (pods and what all nodes cost) a re-packing started from: a cluster that comes back to one
+        # (the pods landed elsewhere than planned, and the nodes left over were removed) is not re-packed again
+        self.started: set[tuple[int, int]] = set()
+
+    @staticmethod
+    def cluster(snapshot: ClusterSnapshot) -> tuple[int, int]:
+        return sum(len(n.pods) for n in snapshot.nodes), round(sum(n.price for n in snapshot.nodes) * 1e4)
 
     def worth_trying(self, now: float, cost_now: float, bound: float) -> bool:
         if cost_now * (1 - highs.DISRUPTION_COST) <= bound * REPACK_SLACK:
@@ -288,16 +296,35 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     price_a = np.array(price, dtype=float).T  # zones x types
     now = sum(c.price for c in chosen)
     bound = sum(repack.fractional(counts[z] @ sizes, counts[z].sum(), alloc_a, price_a[z]) for z in range(len(zones)))
-    if not memo.worth_trying(snapshot.now, now, bound):
+    if not memo.worth_trying(snapshot.now, now, bound) or memo.cluster(snapshot) in memo.started:
         return None
-    packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool))
-    if packing is None or not worth_it(chosen, now - packing.cost):
+    # each candidate may stay as it is: the plan moves its pods only when that saves what a disruption must
+    moving = {id(info) for _, info in pods}
+    keep: list[list[tuple[np.ndarray, float, float]]] = [[] for _ in zones]
+    keep_of: list[list[Candidate]] = [[] for _ in zones]
+    for c in chosen:
+        y = np.zeros(n)
+        for p in c.node.pods:
+            if id(p.info) in moving:
+                y[classes[slot_key(p.info)]] += 1
+        if y.any() and c.node.zone in zones:
+            zi = zones.index(c.node.zone)
+            keep[zi].append((y, c.price * (1 - highs.DISRUPTION_COST), c.price))
+            keep_of[zi].append(c)
+    packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool), keep)
+    stays = {id(keep_of[zi][k]) for zi, ks in enumerate(packing.kept or []) for k in ks} if packing else set()
+    removed = [c for c in chosen if id(c) not in stays]
+    price_removed = sum(c.price for c in removed)
+    new_cost = packing.cost - sum(c.price for c in chosen if id(c) in stays) if packing else 0.0
+    if packing is None or not removed or not worth_it(removed, price_removed - new_cost):
         memo.nothing(snapshot.now, now, bound)
         return None
-    # the plan's nodes, each with the very pods it holds
+    # the plan's nodes, each with the very pods it holds (the pods of the nodes kept stay where they are)
     by_class: dict[tuple[int, int], list[PodInfo]] = {}
+    staying = {id(p.info) for c in chosen if id(c) in stays for p in c.node.pods}
     for z, info in pods:
-        by_class.setdefault((zones.index(z), classes[slot_key(info)]), []).append(info)
+        if id(info) not in staying:
+            by_class.setdefault((zones.index(z), classes[slot_key(info)]), []).append(info)
     bins: list[NewNodeClaim] = []
     for zi, nodes in enumerate(packing.nodes):
         for t, y in nodes:
@@ -306,13 +333,14 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
                     [by_class[(zi, int(i))].pop() for _ in range(int(y[i]))]]
             bins.append(NewNodeClaim(nc.template, f"{REPACK_HOSTNAME}-{len(bins)}", nc.requirements, nc.instance_types,
                                      held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
-    if not feasible(snapshot, chosen, bins):
+    if not feasible(snapshot, removed, bins):
         memo.nothing(snapshot.now, now, bound)
         return None
-    savings = now - sum(claim_price(b) for b in bins)
-    if not worth_it(chosen, savings):
+    savings = price_removed - sum(claim_price(b) for b in bins)
+    if not worth_it(removed, savings):
         return None
-    return Proposal(list(chosen), bins, None, savings, pinned=True)
+    memo.started.add(memo.cluster(snapshot))
+    return Proposal(removed, bins, None, savings, pinned=True)
 
 
 def modelled(infos: Sequence[PodInfo]) -> bool:

@@ -14,6 +14,10 @@ the same nodes.
 Classes are zoned: pods keep the zone they run in, so zone spreads keep their counts; a class may cap how many
 of its pods one node takes (hostname anti-affinity or spread: one), and may only go on the types it tolerates
 and selects (``compat``).
+
+The nodes the pods run on now may be offered as patterns too (``keep``: each node's pods per class and its
+price, less what moving its pods would have to save): the plan keeps such a node as it is when no re-packing of
+its pods pays for the move, so only the nodes whose pods really move are disrupted.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ class Packing:
     """Per zone, the nodes to launch: (type index, pods per class)."""
 
     nodes: list[list[tuple[int, np.ndarray]]]
-    cost: float  # what they cost together
-    bound: float  # the LP's cost: no packing of these pods into these types is cheaper
+    cost: float  # what they cost together, the nodes kept included
+    bound: float  # the LP's cost: no packing of these pods into these types (or the nodes kept) is cheaper
+    kept: list[list[int]] | None = None  # per zone, the ``keep`` nodes the plan keeps as they are
 
 
 def _highs():
@@ -103,16 +108,19 @@ class _Table:
         return out
 
 
-def _master(cols: list[tuple[int, np.ndarray]], price: np.ndarray, demand: np.ndarray):
+def _master(cols: list[tuple[int, np.ndarray]], price, demand: np.ndarray, used: set[int] = frozenset()):
+    """The LP over the patterns so far: ``price(t)`` of a pattern's type; a pattern of type ``t < 0`` is the node
+    there now numbered ``-1 - t``, at most once, and not at all once ``used``."""
     import highspy
 
     n, m = len(demand), len(cols)
     a = np.array([y for _, y in cols], dtype=float).T  # classes x patterns
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = m, n
-    lp.col_cost_ = np.array([price[t] for t, _ in cols], dtype=float)
+    lp.col_cost_ = np.array([price(t) for t, _ in cols], dtype=float)
     lp.col_lower_ = np.zeros(m)
-    lp.col_upper_ = np.full(m, highspy.kHighsInf)
+    lp.col_upper_ = np.array([highspy.kHighsInf if t >= 0 else (0.0 if -1 - t in used else 1.0) for t, _ in cols],
+                             dtype=float)
     lp.row_lower_ = demand.astype(float)
     lp.row_upper_ = np.full(n, highspy.kHighsInf)
     rows, colidx = np.nonzero(a)
@@ -129,12 +137,14 @@ def _master(cols: list[tuple[int, np.ndarray]], price: np.ndarray, demand: np.nd
 
 
 def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarray, price: np.ndarray,
-         compat: np.ndarray) -> Packing | None:
+         compat: np.ndarray, keep: list[list[tuple[np.ndarray, float, float]]] | None = None) -> Packing | None:
     """``sizes`` I x 2 (CPU, memory of one pod of each class), ``counts`` Z x I (pods per zone), ``cap`` I (most
     pods of a class on one node), ``alloc`` T x 3 (CPU, memory, pods a type offers pods), ``price`` Z x T (inf:
-    not offered in the zone), ``compat`` T x I (the class may go on the type). None when some class fits no
-    type offered in its zone."""
+    not offered in the zone), ``compat`` T x I (the class may go on the type); ``keep``, per zone, the nodes that
+    hold these pods now: (pods per class, what keeping it weighs in the choice, what it costs). None when some
+    class fits no type offered in its zone."""
     zones, n = counts.shape
+    kept_out: list[list[int]] = []
     table = _Table(sizes, alloc)
     fits = compat & np.all(sizes[None, :, :2] <= alloc[:, None, :2] + 1e-9, axis=2)  # T x I
     out: list[list[tuple[int, np.ndarray]]] = []
@@ -147,7 +157,14 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
             continue
         offered = np.isfinite(price[z])
         zp = np.where(offered, price[z], 0.0)
-        cols = [(t, y) for t, y in pool if offered[t]]
+        here = list(keep[z]) if keep is not None else []
+        # the nodes there now come first, as columns of their own (type -1-k, at most one each, never pooled)
+        cols = [(-1 - k, np.asarray(y, dtype=float)) for k, (y, _, _) in enumerate(here)]
+        cols += [(t, y) for t, y in pool if offered[t]]
+        weight = np.array([w for _, w, _ in here], dtype=float)
+
+        def col_price(t: int) -> float:
+            return float(weight[-1 - t]) if t < 0 else float(zp[t])
         for i in np.flatnonzero(demand):  # a start: each class alone on the cheapest type it fits
             ok = [t for t in np.flatnonzero(fits[:, i] & offered)]
             if not ok:
@@ -164,7 +181,7 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
             limit = np.minimum(cap, want)
             lpv, x = 0.0, None
             for _ in range(rounds):
-                lpv, duals, x = _master(cols, zp, want)
+                lpv, duals, x = _master(cols, col_price, want, used)
                 added = False
                 for t, y in enumerate(table.best(np.maximum(duals, 0.0), limit, allowed)):
                     if y is None or not offered[t] or not y.any() or y.sum() > alloc[t, 2]:
@@ -181,6 +198,8 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
         # the one it uses most), then generate again for the pods left, until none are
         left = demand.copy()
         nodes: list[tuple[int, np.ndarray]] = []
+        used: set[int] = set()  # the nodes there now that the dive keeps (or can no longer keep)
+        kept: list[int] = []
         first = True
         while left.any():
             lpv, x = generate(left, MAX_ROUNDS if first else DIVE_ROUNDS)
@@ -192,17 +211,29 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
             whole = np.floor(x + 1 - ROUND_UP)  # a pattern the LP uses nearly whole is launched whole
             if not whole.any():
                 whole[int(np.argmax(x))] = 1.0
-            for k in sorted(np.flatnonzero(whole), key=lambda k: (-cols[k][1].sum(), k)):
+            for k in sorted(np.flatnonzero(whole), key=lambda k: (cols[k][0] >= 0, -cols[k][1].sum(), k)):
+                t = cols[k][0]
+                if t < 0:  # a node there now, kept as it is when every pod it holds is still to be placed
+                    if -1 - t in used:
+                        continue
+                    used.add(-1 - t)
+                    if np.all(cols[k][1] <= left):
+                        left -= cols[k][1]
+                        kept.append(-1 - t)
+                    continue
                 for _ in range(int(whole[k])):
                     y = np.minimum(cols[k][1], left)
                     if not y.any():
                         continue
                     left -= y
                     nodes.append((_shrink(y, sizes, alloc, zp, offered, compat), y))
-        pool = cols
+            # a node there now whose pods are partly placed elsewhere can no longer be kept whole
+            used.update(-1 - t for t, y in cols if t < 0 and not np.all(y <= left))
+        pool = [(t, y) for t, y in cols if t >= 0]
         out.append(nodes)
-        cost += sum(zp[t] for t, _ in nodes)
-    return Packing(out, cost, bound)
+        kept_out.append(kept)
+        cost += sum(zp[t] for t, _ in nodes) + sum(here[k][2] for k in kept)
+    return Packing(out, cost, bound, kept_out if keep is not None else None)
 
 
 def _most(size: np.ndarray, alloc: np.ndarray) -> float:
