@@ -32,8 +32,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
         if v is None:
             out.pop(k, None)
         else:
-            out[k] = merge_patch(out.get(k), v)
+            cur = out.get(k)
+            if cur is v and (type(v) is not dict or not _has_null(v)):
+                continue  # the stored map itself sent back (a whole status re-sent): merged into itself, it is itself
+            out[k] = merge_patch(cur, v)
     return out
+
+
+def _has_null(v: dict) -> bool:
+    """Whether merging the map ``v`` into itself would change it: a null in it or in a map it holds (lists are
+    replaced whole, nulls and all)."""
+    for x in v.values():
+        if x is None or (type(x) is dict and _has_null(x)):
+            return True
+    return False
 
 
 def _unescape(token: str) -> str:
