@@ -318,7 +318,7 @@ class Disruption:
             it = types.get(sn.labels().get(LABEL_INSTANCE_TYPE, "")) if types is not None else None
             # what the node's state is built from: its NodePool only through consolidateAfter (a NodePool's
             # status changes with every node it gains or loses), its catalog only through its own instance type
-            ck = (sn.version, id(sn.claim), id(sn.node), id(existing[sn.name]), sn.key in nominated_targets,
+            ck = (sn.version, sn.claim is None, id(sn.node), id(existing[sn.name]), sn.key in nominated_targets,
                   bool(sn.claim_name and sn.claim_name in queued), np is None, _consolidate_after(np), types is None,
                   id(it))
             hit = None if leaving else cache.get(sn.key)

@@ -475,8 +475,9 @@ class Cluster:
                 self.nominations.retarget(old_key, pid)
         if pid:
             self.by_provider[pid] = sn
+        if sn.claim is None or sn.claim is not old or _claim_facts(old) != _claim_facts(obj):
+            sn.touch()
         sn.claim = obj
-        sn.touch()
         self.claims_by_nodepool.setdefault(np, set()).add(name)
         self.version += 1
 
@@ -777,6 +778,18 @@ class Cluster:
             termination_grace_period=None if tgp in (None, "Never") else res.parse_duration(tgp),
             capacity_type=labels.get(LABEL_CAPACITY_TYPE), zone=labels.get(LABEL_ZONE),
         )
+
+
+def _claim_facts(claim: dict) -> tuple:
+    """What the engine's views of a node (ExistingNode, NodeState) read of its NodeClaim: a NodeClaim change that
+    leaves these as they were (its Consolidatable condition, status.lastPodEventTime, which the disruption
+    controller reads afresh on every pass) leaves the node's views as they were. Compared by value (stored
+    objects that did not change are the same objects, so most comparisons are identity checks)."""
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    return (meta.get("name"), meta.get("labels"), meta.get("annotations"), meta.get("deletionTimestamp"),
+            claim.get("spec"), status.get("allocatable"), status.get("capacity"), status.get("providerID"),
+            condition(claim, "Initialized"), condition(claim, "Drifted"), condition(claim, "Ready"))
 
 
 class _Nothing(LabelSelector):
