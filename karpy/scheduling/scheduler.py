@@ -789,9 +789,7 @@ class Scheduler:
         s._existing_input = None
         s._gone = [base.nodes[i] for i in drop]
         if drop:
-            s._present = np.ones(len(base.nodes), dtype=bool)
-            s._present[drop] = False
-            s._gone_rows = set(drop)
+            s._gone_rows = set(drop)  # (and _present, when first asked: see _place_existing)
         s._prep = prep
         s._class_memo = prep.class_memo
         s._rows = prep.rows  # read only without _present (see _place_existing)
@@ -1228,6 +1226,9 @@ class Scheduler:
         else:
             nodes = self.nodes
             if nz:
+                if self._gone_rows and self._present is None:
+                    self._present = np.ones(len(self._prep.base.nodes), dtype=bool)
+                    self._present[sorted(self._gone_rows)] = False
                 rows = self._rows if self._present is None else self._prep.rows[self._present]
                 room = np.all(self._alloc_mat[rows][:, nz] - self._used_mat[rows][:, nz] >= cls.request_vec[nz], axis=1)
                 order = np.flatnonzero(room).tolist()
