@@ -301,6 +301,8 @@ class Cluster:
     def on_pod(self, etype: str, obj: dict, old: dict | None) -> None:
         key = P.pod_key(obj)
         prev = self.pods.get(key)
+        if prev is not None and etype != DELETED and self._status_only(key, prev, obj):
+            return
         if prev is not None and prev.node:
             sn = self.by_node.get(prev.node)
             if sn is not None:
@@ -347,6 +349,43 @@ class Cluster:
                 or (prev.obj.get("metadata") or {}).get("annotations") is not (obj.get("metadata") or {}).get("annotations"):
             self.version += 1
         self.pods_version += 1
+
+    def _status_only(self, key: str, prev: PodEntry, obj: dict) -> bool:
+        """A change of the pod's status alone (kube-scheduler's PodScheduled, the kubelet's phase and IPs) that
+        leaves it where it was and as it was counted (same spec, labels, annotations, owners, deletion and
+        terminal phase): the entry is replaced by one for the new object, the node's counts stay, and the node's
+        version moves as a removal and an addition would move it. False, having done nothing, otherwise."""
+        po, pm, om = prev.obj, prev.obj.get("metadata") or {}, obj.get("metadata") or {}
+        if po.get("spec") is not obj.get("spec") or pm.get("labels") is not om.get("labels") or \
+                pm.get("annotations") is not om.get("annotations") or \
+                pm.get("ownerReferences") is not om.get("ownerReferences") or \
+                pm.get("deletionTimestamp") != om.get("deletionTimestamp") or pm.get("uid") != om.get("uid") or \
+                prev.terminal != P.is_terminal(obj):
+            return False
+        sn = self.by_node.get(prev.node) if prev.node else None
+        if sn is not None and sn.pods.get(key) is not prev:
+            return False
+        if prev.daemon:
+            self._note_daemonset_pod(obj)
+        info = prev.info  # what the engine reads is the same
+        info.obj = obj  # type: ignore[assignment]
+        e = PodEntry.__new__(PodEntry)
+        e.obj, e.key, e.info, e.node, e.daemon, e.terminal, e.uid, e.state = \
+            obj, key, info, prev.node, prev.daemon, prev.terminal, prev.uid, None
+        self.pods[key] = e
+        if e.node:
+            self.pending.discard(key)
+            self.nominations.pop(key)
+            if sn is not None:
+                del sn.pods[key]  # to the end, where taking it out and putting it back leaves it
+                sn.pods[key] = e
+                sn.version += 2
+        elif e.terminal or P.is_terminating(obj):
+            self.pending.discard(key)
+        else:
+            self.pending.add(key)
+        self.pods_version += 1
+        return True
 
     def pod_info(self, e: PodEntry) -> PodInfo:
         """The pod as the engine sees it, with its volumes' zone requirements."""
