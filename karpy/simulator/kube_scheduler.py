@@ -114,8 +114,8 @@ class _Group:
 
 
 class _Node:
-    __slots__ = ("name", "slot", "labels", "hard_taints", "all_taints", "alloc", "ready", "cordoned", "deleting",
-                 "ports", "pods", "claim", "extended")
+    __slots__ = ("name", "slot", "labels", "hard_taints", "all_taints", "alloc", "alloc_raw", "ready", "cordoned",
+                 "deleting", "ports", "pods", "claim", "extended")
 
     def __init__(self, name: str, slot: int):
         self.name = name
@@ -124,6 +124,7 @@ class _Node:
         self.hard_taints: list[Taint] = []
         self.all_taints: list[Taint] = []
         self.alloc: dict[str, int] = {}
+        self.alloc_raw: Any = None  # the Node's allocatable as written (a stored object: the same while unchanged)
         self.ready = False
         self.cordoned = False
         self.deleting = False
@@ -328,7 +329,12 @@ class KubeScheduler:
         taints = [Taint.from_obj(t) for t in (obj.get("spec") or {}).get("taints") or ()]
         n.all_taints = taints
         n.hard_taints = [t for t in taints if t.effect in _HARD]
-        alloc = res.parse_resource_list((obj.get("status") or {}).get("allocatable") or (obj.get("status") or {}).get("capacity"))
+        raw = (obj.get("status") or {}).get("allocatable") or (obj.get("status") or {}).get("capacity")
+        if raw is not n.alloc_raw or raw is None:
+            alloc = res.parse_resource_list(raw)
+            n.alloc_raw = raw
+        else:
+            alloc = n.alloc
         if alloc != n.alloc:
             used = self._used(n)
             n.alloc = alloc
