@@ -145,25 +145,30 @@ def requirements_drifted(nodepool: Mapping, node_labels: Mapping[str, str], memo
     unless the requirement is NotIn or DoesNotExist; the rest must intersect the labels."""
     if not memo:
         return _requirements_drifted(_drift_requirements(nodepool), node_labels)
-    reqs = _memo("nodepool-drift-requirements", nodepool, lambda: _drift_requirements(nodepool))
-    # the answer for these very requirements and the same labels, remembered (a controller asks it of every
-    # NodeClaim on every change, and labels rarely change)
-    key = (id(reqs), tuple(node_labels.items()))
+    reqs, sig = _memo("nodepool-drift-requirements", nodepool, lambda: _drift_requirements_signed(nodepool))
+    # the answer for requirements of this content and the same labels, remembered (a controller asks it of every
+    # NodeClaim on every change; a NodePool's status updates leave its requirements, and labels rarely change)
+    key = (sig, tuple(node_labels.items()))
     try:
         hit = _LABELS_DRIFTED.get(key)
     except TypeError:  # a label value that is not a string: asked afresh
         return _requirements_drifted(reqs, node_labels)
-    if hit is not None and hit[0] is reqs:
-        return hit[1]
+    if hit is not None:
+        return hit
     out = _requirements_drifted(reqs, node_labels)
     if len(_LABELS_DRIFTED) >= _LABELS_DRIFTED_MAX:
         _LABELS_DRIFTED.clear()
-    _LABELS_DRIFTED[key] = (reqs, out)
+    _LABELS_DRIFTED[key] = out
     return out
 
 
-_LABELS_DRIFTED: dict[tuple, tuple[Requirements, bool]] = {}  # (id of the requirements, labels) -> (them, drifted)
-_LABELS_DRIFTED_MAX = 100_000
+_LABELS_DRIFTED: dict[tuple, bool] = {}  # (the requirements' signature, the labels) -> drifted
+_LABELS_DRIFTED_MAX = 20_000
+
+
+def _drift_requirements_signed(nodepool: Mapping) -> tuple[Requirements, tuple]:
+    reqs = _drift_requirements(nodepool)
+    return reqs, tuple(r.signature() for r in reqs)
 
 
 def _requirements_drifted(reqs: Requirements, node_labels: Mapping[str, str]) -> bool:

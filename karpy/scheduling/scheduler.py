@@ -686,7 +686,6 @@ class Prepared:
             if n.node.taints:
                 by_taints.setdefault(tuple(n.node.taints), []).append(n.row)
         self.taint_rows = [(list(t), np.array(rows, dtype=np.int64)) for t, rows in by_taints.items()]
-        self._held: dict[str, list[tuple[tuple, str, int, bool]]] = {}  # see held_counts
 
     def room(self) -> tuple[np.ndarray, list[int], list[int]]:
         """Per prepared node (row), its free resources (none below zero); their sum per resource; and per
@@ -734,27 +733,24 @@ class Prepared:
     def held_counts(self, node: ExistingNode) -> list[tuple[tuple, str, int, bool]]:
         """What the node's bound pods add to the prepared topology counts, summed per group and domain: (group
         ident, domain, pods, whether as owners of an anti-affinity term), in the order first met. A solve that
-        leaves the node out takes them off its copy of the counts; worked out once per node for all solves."""
-        hit = self._held.get(node.name)
-        if hit is not None:
-            return hit
+        leaves the node out takes them off its copy of the counts. (Not kept: preparations outlive their pass,
+        and every solve of a pass leaves out other nodes.)"""
         topo = self.base.topology
         labels = _Node(node, None, -1).labels  # type: ignore[arg-type]
         sums: dict[tuple, int] = {}
-        for p in node.bound_pods:
+        for _, p, n in _pod_classes(node):  # pods of a class are selected alike
             for g in topo.selecting(p.namespace, p.labels, p.label_key):
                 d = labels.get(g.key)
                 if d is not None:
                     k = (g.ident, d, False)
-                    sums[k] = sums.get(k, 0) + 1
+                    sums[k] = sums.get(k, 0) + n
             for t in p.anti_affinity:
                 g = topo.anti_group(t)
                 d = labels.get(g.key)
                 if d is not None:
                     k = (g.ident, d, True)
-                    sums[k] = sums.get(k, 0) + 1
-        hit = self._held[node.name] = [(ident, d, k, owner) for (ident, d, owner), k in sums.items()]
-        return hit
+                    sums[k] = sums.get(k, 0) + n
+        return [(ident, d, k, owner) for (ident, d, owner), k in sums.items()]
 
 
 class Scheduler:
@@ -981,8 +977,9 @@ class Scheduler:
         for p, labels, n in together.values():
             for t in p.anti_affinity:
                 self.topology.anti_group(t)
+        selecting = _registry_selecting(self.topology)
         for p, labels, n in together.values():
-            for g in self.topology.selecting(p.namespace, p.labels, p.label_key):
+            for g in selecting(p):
                 d = labels.get(g.key)
                 if d is not None:
                     g.record(d, n)
@@ -2319,6 +2316,45 @@ class Scheduler:
         prices = ts.prices(claim.req)[idx]
         kept = idx[np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]]
         return _min_values_short(claim.req, ts, kept)
+
+
+# (the idents of the last registry counted into, {label key: positions of the groups selecting it}), replaced whole
+_SELECTING: list = [None]
+
+
+def _registry_selecting(topo: Topology):
+    """``topo.selecting`` for the pods counted into a registry just built: which groups select a pod follows from
+    its namespace and labels and the groups' idents (kind, key, namespaces, selector), so registries with the same
+    idents in the same order (a cluster's successive snapshots) share the answers, by position."""
+    groups = topo.groups
+    sig = tuple(groups)
+    entry = _SELECTING[0]
+    if entry is None or entry[0] != sig:
+        entry = _SELECTING[0] = (sig, {})
+    found: dict[tuple, tuple[int, ...]] = entry[1]
+    ordered: list[TopologyGroup] | None = None
+    position: dict[tuple, int] | None = None
+    cache = topo._selecting_cache
+
+    def selecting(p: PodInfo) -> list[TopologyGroup]:
+        nonlocal ordered, position
+        lk = p.label_key
+        hit = cache.get(lk)
+        if hit is not None:
+            return hit
+        if ordered is None:
+            ordered = list(groups.values())
+        at = found.get(lk)
+        if at is not None:
+            out = cache[lk] = [ordered[i] for i in at]
+            return out
+        out = topo.selecting(p.namespace, p.labels, lk)
+        if position is None:
+            position = {g.ident: i for i, g in enumerate(ordered)}
+        found[lk] = tuple(position[g.ident] for g in out)
+        return out
+
+    return selecting
 
 
 def _pod_classes(node: ExistingNode) -> list[tuple[object, PodInfo, int]]:
