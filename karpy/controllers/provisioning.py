@@ -58,6 +58,7 @@ from .nodepool import nodeclass_readiness
 from ..runtime.manager import deleting
 
 POD_REQUEUE = 10.0
+PLAN_PATIENCE = 30.0  # ConsolidationOptimizer: seconds a pod placed on its planned node may stay pending there
 CREATE_CONCURRENCY = 32  # NodeClaim creates in flight at once against a real API server
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 SIMULATION_KEYS = frozenset({"karpenter.sh/registered", "karpenter.sh/initialized"})  # never NodeClaim labels
@@ -139,6 +140,7 @@ class Provisioner:
         # pod key -> when the pod controller first saw it pending, and the pods a decision was made for
         # (karpenter_pods_scheduling_decision_duration_seconds); both forget a pod when it is deleted
         self.acked: dict[str, float] = {}
+        self.plan_tries: dict[str, float] = {}  # ConsolidationOptimizer: pod key -> when _planned first placed it
         self.decided: set[str] = set()
         self.buffer_pods: dict[str, int] = {}  # node name -> CapacityBuffer virtual pods the last pass put there
         # id(instance type) -> (it, whether a NodeOverlay changed its price, its capacity): a solve's NodeClaims
@@ -363,7 +365,9 @@ class Provisioner:
     def _planned(self, infos: list, pending: set[str], existing: list[ExistingNode]) -> tuple[list, dict[str, list]]:
         """karpy's ConsolidationOptimizer: pending pods of a class a re-packing planned on a replacement go there
         (nominated, their room taken in ``existing``) before the scheduler places the rest; the plan holds as many
-        of each class as it planned, less those already bound there."""
+        of each class as it planned, less those already bound there. A pod still pending PLAN_PATIENCE seconds
+        after it was first placed so (what places pods found the planned node did not suit it: a zone spread's skew,
+        say) goes through the scheduling simulation like any other."""
         c = self.env.cluster
         now = self.env.now()
         where = {e.name: i for i, e in enumerate(existing)}
@@ -400,7 +404,14 @@ class Provisioner:
         order = {name: i for i, name in enumerate(room)}
         take: dict[str, list] = {}
         rest = []
+        tries, self.plan_tries = self.plan_tries, {}
         for info in infos:
+            first = tries.get(info.key)
+            if first is not None:
+                self.plan_tries[info.key] = first
+                if now - first > PLAN_PATIENCE:
+                    rest.append(info)
+                    continue
             k = optimizer.slot_key(info) if info.key in pending else None
             fits = [name for name, left in room.items() if k is not None and left.get(k, 0) > 0
                     and all(free[name].get(r, 0) >= v for r, v in info.requests.items())]
@@ -412,6 +423,7 @@ class Provisioner:
             held[(k, zone_of.get(target))] += 1
             free[target] = res.subtract(free[target], info.requests)
             take.setdefault(target, []).append(info)
+            self.plan_tries.setdefault(info.key, now)
         for target, placed in take.items():
             i = where[target]
             e = existing[i]
