@@ -15,8 +15,9 @@ from ..scheduling.requirements import Requirements
 CRITICAL_PRIORITY = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
 
 
-# the last pod asked about: every watch of a pod change asks for the same pod's key in turn
-_LAST_KEY: list[Any] = [None, None, None, ""]  # metadata, its namespace, its name, the key
+# the last pod asked about: every watch of a pod change asks for the same pod's key in turn. One tuple,
+# replaced whole (watch threads of a controller may ask at once: none may see half of another's entry)
+_LAST_KEY: list[tuple[Any, Any, Any, str]] = [(None, None, None, "")]  # metadata, its namespace, its name, the key
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -24,11 +25,11 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     kube-scheduler and the controllers each keep pods by key, a copy each otherwise)."""
     meta = pod.get("metadata") or {}
     ns, name = meta.get("namespace"), meta.get("name", "")
-    last = _LAST_KEY
+    last = _LAST_KEY[0]
     if meta is last[0] and ns is last[1] and name is last[2]:
         return last[3]
     key = sys.intern(f"{ns or 'default'}/{name}")
-    last[0], last[1], last[2], last[3] = meta, ns, name, key
+    _LAST_KEY[0] = (meta, ns, name, key)
     return key
 
 
