@@ -87,13 +87,25 @@ PRICE_OVERLAY_APPLIED = "karpenter.sh/price-overlay-applied"
 CAPACITY_OVERLAY_APPLIED = "karpenter.sh/capacity-overlay-applied"
 
 
-def overlay_annotations(types: Iterable[InstanceType]) -> dict[str, str]:
-    """A NodeClaim's annotations (upstream's) saying that overlays changed some of its instance types."""
-    types = list(types)
+def overlay_annotations(types: Iterable[InstanceType], memo: dict | None = None) -> dict[str, str]:
+    """A NodeClaim's annotations (upstream's) saying that overlays changed some of its instance types. ``memo``
+    (id of a type -> (the type, price overlaid, capacity overlaid)), kept by a caller across NodeClaims, looks at
+    each type's offerings once: a solve's NodeClaims share the catalog's types."""
+    price = capacity = False
+    for it in types:
+        hit = memo.get(id(it)) if memo is not None else None
+        if hit is None or hit[0] is not it:
+            hit = (it, price_overlaid(it), capacity_overlaid(it))
+            if memo is not None:
+                if len(memo) > 100_000:
+                    memo.clear()
+                memo[id(it)] = hit
+        price = price or hit[1]
+        capacity = capacity or hit[2]
     out = {}
-    if any(price_overlaid(it) for it in types):
+    if price:
         out[PRICE_OVERLAY_APPLIED] = "true"
-    if any(capacity_overlaid(it) for it in types):
+    if capacity:
         out[CAPACITY_OVERLAY_APPLIED] = "true"
     return out
 

@@ -31,7 +31,7 @@ from typing import Any
 from .. import resources as res
 from ..api import labels as api_labels
 from ..cloudprovider.kubelet_cel import KubeletExpressionError
-from ..cloudprovider.overlay import CAPACITY_OVERLAY_APPLIED, PRICE_OVERLAY_APPLIED, capacity_overlaid, price_overlaid
+from ..cloudprovider.overlay import overlay_annotations
 from ..cloudprovider.types import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE
 from ..disruption import optimizer
 from ..disruption.candidates import currently_reschedulable
@@ -616,7 +616,7 @@ class Provisioner:
         annotations = {str(k): str(v) for k, v in ((tmpl.get("metadata") or {}).get("annotations") or {}).items()}
         annotations.update({NODEPOOL_HASH: nodepool_hash(nodepool, memo=True), NODEPOOL_HASH_VERSION: HASH_VERSION,
                             NODECLASS_HASH: nodeclass_hash(nodeclass, memo=True)})
-        annotations.update(self._overlay_annotations(nc.instance_types))
+        annotations.update(overlay_annotations(nc.instance_types, self._overlaid))
         if nc.min_values_relaxed is not None:  # as upstream's scheduler, on every NodeClaim a solve computed
             annotations[MIN_VALUES_RELAXED] = "true" if nc.min_values_relaxed else "false"
         reqs = [r for r in nc.requirements.to_node_selector() if r["key"] != LABEL_HOSTNAME]
@@ -638,25 +638,6 @@ class Provisioner:
             "spec": spec,
         }
         return obj
-
-    def _overlay_annotations(self, types) -> dict[str, str]:
-        """karpy.cloudprovider.overlay.overlay_annotations, with each instance type looked at once."""
-        memo = self._overlaid
-        if len(memo) > 100_000:
-            memo.clear()
-        price = capacity = False
-        for it in types:
-            hit = memo.get(id(it))
-            if hit is None or hit[0] is not it:
-                hit = memo[id(it)] = (it, price_overlaid(it), capacity_overlaid(it))
-            price = price or hit[1]
-            capacity = capacity or hit[2]
-        out = {}
-        if price:
-            out[PRICE_OVERLAY_APPLIED] = "true"
-        if capacity:
-            out[CAPACITY_OVERLAY_APPLIED] = "true"
-        return out
 
     def _created(self, nc: NewNodeClaim, nodepool: dict, created: dict, nominate: bool, reason: str) -> dict:
         env = self.env
