@@ -315,8 +315,10 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     stays = {id(keep_of[zi][k]) for zi, ks in enumerate(packing.kept or []) for k in ks} if packing else set()
     removed = [c for c in chosen if id(c) not in stays]
     price_removed = sum(c.price for c in removed)
-    new_cost = packing.cost - sum(c.price for c in chosen if id(c) in stays) if packing else 0.0
-    if packing is None or not removed or not worth_it(removed, price_removed - new_cost):
+    # what the new nodes cost: each its type's price in its zone (claim_price of the NodeClaim it becomes)
+    savings = price_removed - sum(price_a[zi, t] for zi, nodes in enumerate(packing.nodes) for t, _ in nodes) \
+        if packing else 0.0
+    if packing is None or not removed or not worth_it(removed, savings):
         memo.nothing(snapshot.now, now, bound)
         return None
     # the plan's nodes, each with the very pods it holds (the pods of the nodes kept stay where they are)
@@ -335,9 +337,6 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
                                      held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
     if not feasible(snapshot, removed, bins):
         memo.nothing(snapshot.now, now, bound)
-        return None
-    savings = price_removed - sum(claim_price(b) for b in bins)
-    if not worth_it(removed, savings):
         return None
     memo.started.add(memo.cluster(snapshot))
     return Proposal(removed, bins, None, savings, pinned=True)
