@@ -64,6 +64,8 @@ class NodeClaimDisruption:
         self.env.mgr.enqueue(self, obj["metadata"]["name"])
 
     def _on_nodepool(self, etype: str, obj: dict, old: dict | None) -> None:
+        if etype != DELETED and old is not None and _nodepool_inputs(old) == _nodepool_inputs(obj):
+            return  # a status-only change (its node count, its resources): no NodeClaim's conditions depend on it
         for name in sorted(self.env.cluster.claims_by_nodepool.get(obj["metadata"]["name"], ())):
             self.env.mgr.enqueue(self, name)
 
@@ -162,6 +164,14 @@ class NodeClaimDisruption:
             self._types_found = {k: t for k, t in self._types_found.items() if now - t < INSTANCE_TYPE_CHECK_TTL}
         self._types_found[uid] = now
         return False
+
+
+def _nodepool_inputs(nodepool: dict) -> tuple:
+    """What the Drifted and Consolidatable conditions read of a NodePool: its spec (template, requirements,
+    consolidateAfter, replicas, NodeClass reference), its name (overlays) and its annotations (the template hash).
+    Its status, which changes with every node it gains or loses, is not among them."""
+    meta = nodepool.get("metadata") or {}
+    return (meta.get("name"), meta.get("annotations"), meta.get("labels"), nodepool.get("spec"))
 
 
 def _inputs(claim: dict) -> tuple:

@@ -351,3 +351,27 @@ def test_pod_events_on_a_node_without_nodeclaim_are_ignored(h):
     h.pod_on("byo", name="p")
     assert h.reconcile(PODEVENTS, "byo") is None
     assert h.reconcile(PODEVENTS, "no-such-node") is None
+
+
+def test_nodepool_status_write_queues_no_nodeclaim_but_spec_change_drifts(h, launched):
+    """A NodePool's status changes with every node it gains or loses, and no NodeClaim condition depends on it:
+    such a write runs no NodeClaim reconcile. A template change still reaches the NodeClaim through the watch
+    (drifted without a reconcile run by hand)."""
+    h.drain()
+    ran: list[str] = []
+    before = h.mgr.on_reconcile
+
+    def seen(name, seconds, failed):
+        ran.append(name)
+        if before is not None:
+            before(name, seconds, failed)
+
+    h.mgr.on_reconcile = seen
+    h.patch("NodePool", "default", {"status": {"resources": {"cpu": "8", "nodes": "2"}, "nodes": 2}}, subresource="status")
+    h.drain()
+    assert DISRUPTION not in ran
+    h.patch("NodePool", "default", {"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}})
+    h.drain()
+    assert DISRUPTION in ran
+    c = cond(h.get("NodeClaim", launched), "Drifted")
+    assert c is not None and c["status"] == "True" and c["reason"] == "NodePoolDrifted"
