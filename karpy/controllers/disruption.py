@@ -307,14 +307,25 @@ class Disruption:
         ordered = sorted(c.nodes.values(), key=_created_order)
         cache = self._node_states
         fresh: dict[str, tuple] = {}
+        # per NodePool, once a pass (not once a node): its instance types, and its consolidateAfter in seconds
+        catalogs: dict[str, dict[str, InstanceType]] = {}
+        afters: dict[str, float | None] = {}
+
+        def types_of(name: str) -> dict[str, InstanceType]:
+            hit = catalogs.get(name)
+            if hit is None:
+                hit = catalogs[name] = self.instance_types(name)
+            return hit
+
         for sn in ordered:
             if sn.node is None:
                 continue
             if sn.name not in existing:
                 continue
             leaving = sn.marked or sn.deleting()
-            np = c.nodepools.get(sn.nodepool or "") if sn.claim is not None else None
-            types = self.instance_types(sn.nodepool or "") if sn.claim is not None else None
+            npname = sn.nodepool or ""
+            np = c.nodepools.get(npname) if sn.claim is not None else None
+            types = types_of(npname) if sn.claim is not None else None
             it = types.get(sn.labels().get(LABEL_INSTANCE_TYPE, "")) if types is not None else None
             # what the node's state is built from: its NodePool only through consolidateAfter (a NodePool's
             # status changes with every node it gains or loses), its catalog only through its own instance type
@@ -322,10 +333,15 @@ class Disruption:
                   bool(sn.claim_name and sn.claim_name in queued), np is None, _consolidate_after(np), types is None,
                   id(it))
             hit = None if leaving else cache.get(sn.key)
+            if np is None:
+                after_s = None
+            else:
+                if npname not in afters:
+                    afters[npname] = _after_seconds(np)
+                after_s = afters[npname]
             if hit is not None and hit[0] == ck:
                 st = hit[1]
-                st.consolidatable = _consolidatable(sn, np, now)
-                st.under_consolidate_after = _under_consolidate_after(sn, np, now)
+                st.consolidatable, st.under_consolidate_after = _consolidation_clock(sn, after_s, now)
                 fresh[sn.key] = hit
                 nodes.append(st)
                 continue
@@ -342,8 +358,7 @@ class Disruption:
                               existing[sn.name])
             st.instance_type = it if sn.claim is not None else None
             st.price = offering_price(st.instance_type, sn.labels(), st.price)
-            st.consolidatable = _consolidatable(sn, np, now)
-            st.under_consolidate_after = _under_consolidate_after(sn, np, now)
+            st.consolidatable, st.under_consolidate_after = _consolidation_clock(sn, after_s, now)
             if not leaving:
                 fresh[sn.key] = (ck, st)
             nodes.append(st)
@@ -354,7 +369,7 @@ class Disruption:
         for sn in ordered:
             if sn.node is not None or sn.claim is None or not sn.launched() or sn.deleting() or sn.name not in existing:
                 continue
-            it = self.instance_types(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, ""))
+            it = types_of(sn.nodepool or "").get(sn.labels().get(LABEL_INSTANCE_TYPE, ""))
             nodes.append(NodeState(
                 name=sn.name, nodeclaim=sn.claim_name, nodepool=sn.nodepool, labels=existing[sn.name].labels,
                 instance_type=it, price=offering_price(it, sn.labels(), sn.price()), pods=[], existing=existing[sn.name], initialized=False, ready=False, registered=False,
@@ -627,18 +642,18 @@ def _consolidatable_at(sn: StateNode, np: dict | None) -> float | None:
     return None if t0 is None else t0 + res.parse_duration(after)
 
 
-def _consolidatable(sn: StateNode, np: dict | None, now: float) -> bool:
+def _after_seconds(np: dict | None) -> float | None:
+    """A NodePool's consolidateAfter in seconds; None when it has none ("Never", or no NodePool)."""
     after = _consolidate_after(np)
-    if sn.claim is None or after in (None, "Never"):
-        return False
-    t0 = _pod_event_base(sn)
-    return t0 is not None and now - t0 >= res.parse_duration(after)
+    return None if after in (None, "Never") else res.parse_duration(after)
 
 
-def _under_consolidate_after(sn: StateNode, np: dict | None, now: float) -> bool:
-    after = _consolidate_after(np)
-    if sn.claim is None or after in (None, "Never"):
-        return False
-    d = res.parse_duration(after)
+def _consolidation_clock(sn: StateNode, after: float | None, now: float) -> tuple[bool, bool]:
+    """Whether the node is consolidatable now (consolidateAfter has passed since its last pod event, or since
+    its initialization), and whether it is still within consolidateAfter (a non-zero one)."""
+    if sn.claim is None or after is None:
+        return False, False
     t0 = _pod_event_base(sn)
-    return d > 0 and t0 is not None and now - t0 < d
+    if t0 is None:
+        return False, False
+    return now - t0 >= after, after > 0 and now - t0 < after
