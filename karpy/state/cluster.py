@@ -116,6 +116,10 @@ class StateNode:
         self._existing: tuple[tuple[int, int], ExistingNode] | None = None
         self._state: tuple[tuple, NodeState] | None = None
         self._res: dict[str, tuple[Any, dict[str, int]]] = {}
+        # (node, claim, answer) of the last deleting() / initialized(): stored objects are never changed in place,
+        # so while the same two objects are held the answer holds (every pass asks it of every node, many times)
+        self._deleting: tuple | None = None
+        self._initialized: tuple | None = None
 
     # --- identity --------------------------------------------------------------------------
     @property
@@ -187,15 +191,25 @@ class StateNode:
         return self.claim is not None and bool((self.claim.get("status") or {}).get("providerID"))
 
     def initialized(self) -> bool:
-        if self.claim is not None:
-            return is_true(self.claim, "Initialized")
-        return self.ready()
+        node, claim = self.node, self.claim
+        memo = self._initialized
+        if memo is not None and memo[0] is node and memo[1] is claim:
+            return memo[2]
+        answer = is_true(claim, "Initialized") if claim is not None else self.ready()
+        self._initialized = (node, claim, answer)
+        return answer
 
     def ready(self) -> bool:
         return self.node is not None and is_true(self.node, "Ready")
 
     def deleting(self) -> bool:
-        return deleting(self.node) or deleting(self.claim)
+        node, claim = self.node, self.claim
+        memo = self._deleting
+        if memo is not None and memo[0] is node and memo[1] is claim:
+            return memo[2]
+        answer = deleting(node) or deleting(claim)
+        self._deleting = (node, claim, answer)
+        return answer
 
     def unschedulable(self) -> bool:
         return bool(((self.node or {}).get("spec") or {}).get("unschedulable"))
