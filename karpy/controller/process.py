@@ -34,6 +34,7 @@ from ..runtime.clock import RealClock
 from ..runtime.events import Recorder
 from ..runtime.log import Logger
 from ..runtime.manager import Manager
+from .events import AsyncEvents
 from .leader import LeaderElector
 from .metrics import Metrics
 from .servers import Endpoints, text
@@ -57,7 +58,10 @@ class ControllerProcess:
         self.mgr.realtime = True
         self.mgr.on_error = self._on_error
         self.mgr.informer_log = lambda message, **kv: self.log.info(message, controller="informer", **kv)
-        self.recorder = Recorder(api, self.clock)
+        # Events go through a background writer against a server a round trip away (an in-memory API stores
+        # them at once): a reconcile never waits on them, as with client-go's broadcaster
+        self.events: AsyncEvents | None = None if hasattr(api, "create_event") else AsyncEvents(api, self.log)
+        self.recorder = Recorder(self.events if self.events is not None else api, self.clock)
         self.cloud = SimulatedCloud(api, self.clock)
         kinds = frozenset({"KWOKNodeClass"}) if settings.cloud_provider == "kwok" else None
         self.provider: Any = SimulatedCloudProvider(self.cloud, self._nodeclass, self.clock, self.recorder, kinds=kinds,
@@ -223,6 +227,8 @@ class ControllerProcess:
         for srv in (self.health, self.metrics_server):
             if srv is not None:
                 srv.stop()
+        if self.events is not None:
+            self.events.stop()
         close = getattr(self.api, "close", None)
         if close is not None:
             close()

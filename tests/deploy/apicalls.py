@@ -43,6 +43,8 @@ DYNAMIC: dict[tuple[str, str, str], str | tuple[str, ...]] = {
     ("karpy/controllers/provisioning.py", "create_nodeclaims", "create"): "NodeClaim",
     ("karpy/cloudprovider/simulated.py", "_register", "create"): "Node",
     ("karpy/controller/leader.py", "try_acquire_or_renew", "update"): "Lease",
+    # the Recorder's Events, written by karpy controller's background writer
+    ("karpy/controller/events.py", "_write", "create"): "Event",
     ("karpy/runtime/manager.py", "start", "list"): WATCHED,
     ("karpy/kube/informer.py", "relist", "list"): WATCHED,
     ("karpy/kube/informer.py", "watch_once", "watch"): WATCHED,
