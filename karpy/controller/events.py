@@ -7,7 +7,9 @@ for about 20 s before the NodeClaims could be launched. Upstream's recorder neve
 
 As client-go's broadcaster:
 
-* at most :data:`QUEUE_SIZE` Events wait; one more is dropped (logged), never blocking the reconcile;
+* at most :data:`QUEUE_SIZE` Events wait; one more is dropped (logged), never blocking the reconcile. client-go
+  keeps 1,000; karpy keeps many more, as one provisioning pass can nominate tens of thousands of pods and the
+  simulated world's kube-scheduler reads those Events (a few hundred bytes each);
 * an Event the server refuses (a 4xx answer: the namespace is going away, a forbidden write) is dropped with
   "Server rejected event (will not retry!)"; any other failure is retried a few times, with a pause, and then
   dropped with "Unable to write event (retry limit exceeded!)".
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..kube import errors as E
 
-QUEUE_SIZE = 1000  # client-go's maxQueuedEvents
+QUEUE_SIZE = 100_000  # Events waiting to be written (client-go: 1,000)
 WRITERS = 2  # Events in flight at once
 TRIES = 3
 RETRY_PAUSE = 0.5  # seconds between tries of one Event
