@@ -10,8 +10,8 @@ For each NodeClaim: add the ``karpenter.sh/termination`` finalizer, then
   NodeClaim's labels, annotations, taints, owner and finalizer onto it, remove
   the ``karpenter.sh/unregistered`` taint, and set ``Registered=True`` and
   ``status.nodeName``;
-* **initialization**: when the Node is Ready, its startup taints are gone and
-  its resources are registered, label it ``karpenter.sh/initialized`` and set
+* **initialization**: when the Node is Ready, its startup taints and the known
+  ephemeral taints (not-ready, unreachable, ...) are gone and its resources are registered, label it ``karpenter.sh/initialized`` and set
   ``Initialized=True`` (and ``Ready``);
 * **liveness**: a NodeClaim whose Node has not registered 15 minutes after
   launch is deleted.
@@ -33,6 +33,7 @@ from ..kube.port import DELETED
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import ref
 from ..runtime.manager import condition, deleting, is_true, newer
+from ..state.cluster import is_known_ephemeral_taint
 from .env import Env
 
 FINALIZER = "karpenter.sh/termination"
@@ -323,8 +324,12 @@ class Lifecycle:
         for t in (claim.get("spec") or {}).get("startupTaints") or ():
             if any(_same_taint(t, x) for x in taints):
                 return ("StartupTaintsExist", f'StartupTaint "{_fmt_taint(t)}" still exists')
-        if any(t.get("key") == UNREGISTERED_TAINT_KEY for t in taints):
-            return ("UnregisteredTaintExists", f'UnregisteredTaint "{UNREGISTERED_TAINT_KEY}:NoExecute" still exists')
+        for t in taints:
+            # as upstream: not initialized while a known ephemeral taint is on the Node -- not-ready and unreachable
+            # (kube-controller-manager takes them off a few seconds after Ready), the external cloud provider's,
+            # karpenter.sh/unregistered; the scheduler holds an initialized node's taints against pods
+            if is_known_ephemeral_taint(t):
+                return ("KnownEphemeralTaintsExist", f'KnownEphemeralTaint "{_fmt_taint(t)}" still exists')
         alloc = res.parse_resource_list((node.get("status") or {}).get("allocatable"))
         requested = res.parse_resource_list(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
         for k, v in requested.items():

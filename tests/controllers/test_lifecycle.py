@@ -157,6 +157,30 @@ def test_not_initialized_until_startup_taints_are_removed(h):
     assert cond_status(h.get("NodeClaim", name), "Initialized") == "True"
 
 
+def test_not_initialized_while_a_known_ephemeral_taint_is_on_the_ready_node(h):
+    """It("should not consider the Node to be initialized when all ephemeral taints aren't removed"),
+    It("should consider the Node to be initialized once all ephemeral taints are removed"): a Node Ready before
+    kube-controller-manager has taken node.kubernetes.io/not-ready off it is not initialized yet, so the
+    provisioner keeps treating it as a node coming up instead of holding that taint against the pods meant for it"""
+    h.setup()
+    name = _new_claim(h)
+    h.reconcile(LIFECYCLE, name)
+    h.register(name)
+    h.reconcile(LIFECYCLE, name)
+    kept = [t for t in taints(h.get("Node", name)) if t.get("key") != "node.kubernetes.io/not-ready"]
+    h.patch("Node", name, {"spec": {"taints": kept + [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}})
+    h.make_ready(name)
+    h.reconcile(LIFECYCLE, name)
+    c = h.get("NodeClaim", name)
+    assert cond_status(c, "Initialized") == "Unknown"
+    assert cond(c, "Initialized")["reason"] == "KnownEphemeralTaintsExist"
+    assert cond(c, "Initialized")["message"] == 'KnownEphemeralTaint "node.kubernetes.io/not-ready:NoSchedule" still exists'
+    assert "karpenter.sh/initialized" not in labels(h.get("Node", name))
+    h.remove_taint(name, "node.kubernetes.io/not-ready")
+    h.reconcile(LIFECYCLE, name)
+    assert cond_status(h.get("NodeClaim", name), "Initialized") == "True"
+
+
 def test_not_initialized_until_requested_extended_resources_are_registered(h):
     """It("should not consider the Node to be initialized when all requested resources aren't registered"),
     It("should consider the node to be initialized once all the resources are registered")"""
