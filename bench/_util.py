@@ -21,6 +21,17 @@ ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 
 
+def load_script(name: str, module: str):
+    """A script of scripts/ (no .py suffix, e.g. ``differential``) imported as the module ``module``."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader(module, os.path.join(ROOT, "scripts", name))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(module, loader))
+    loader.exec_module(mod)
+    return mod
+
+
 def pod_manifest(name: str, labels: dict, cpu_m: int, mem_bytes: int, extra_spec: dict | None = None,
                  namespace: str = "default") -> dict:
     """A plain Pod object with one container requesting ``cpu_m`` millicores and ``mem_bytes``."""

@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
-import _util  # noqa: F401  (puts the repository root on sys.path)
+from _util import load_script  # (puts the repository root on sys.path)
 from scheduling import make_diverse_pods
 
 KARPY = Path(sys.executable).with_name("karpy")
@@ -168,14 +168,8 @@ def real_world(tmp: Path, karpenter: str, gates: str):
     """A real control plane (scripts/local-cluster: etcd, kube-apiserver, kube-controller-manager, the real
     kube-scheduler, kwok) driven by ``karpy controller`` or upstream Karpenter's kwok build, as
     scripts/differential starts them; (client, controller process, the player to stop)."""
-    import importlib.machinery
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "differential"
-    loader = importlib.machinery.SourceFileLoader("karpy_differential", str(script))
-    diff = importlib.util.module_from_spec(importlib.util.spec_from_loader("karpy_differential", loader))
     os.environ["KARPY_DIFF_NO_REEXEC"] = "1"
-    loader.exec_module(diff)
+    diff = load_script("differential", "karpy_differential")
     if gates and karpenter == "karpy":
         os.environ["FEATURE_GATES"] = gates
     player = diff.Player(karpenter, tmp / karpenter)

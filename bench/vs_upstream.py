@@ -24,8 +24,6 @@ Timings are reported, never asserted.
 from __future__ import annotations
 
 import http.client
-import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
@@ -35,23 +33,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import _util  # noqa: F401  (puts the repository root on sys.path)
+from _util import load_script  # (puts the repository root on sys.path)
 import yaml
 from e2e import KWOK_NODECLASS, wide_documents
 from scheduling import make_diverse_pods
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str, path: Path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-diff = _load("karpy_differential", ROOT / "scripts" / "differential")
+diff = load_script("differential", "karpy_differential")
 
 DIVERSE_NODEPOOL = {
     "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
