@@ -317,6 +317,13 @@ class Disruption:
                 hit = catalogs[name] = self.instance_types(name)
             return hit
 
+        def after_of(name: str, np: dict | None) -> float | None:
+            if np is None:
+                return None
+            if name not in afters:
+                afters[name] = _after_seconds(np)
+            return afters[name]
+
         for sn in ordered:
             if sn.node is None:
                 continue
@@ -333,12 +340,7 @@ class Disruption:
                   bool(sn.claim_name and sn.claim_name in queued), np is None, _consolidate_after(np), types is None,
                   id(it))
             hit = None if leaving else cache.get(sn.key)
-            if np is None:
-                after_s = None
-            else:
-                if npname not in afters:
-                    afters[npname] = _after_seconds(np)
-                after_s = afters[npname]
+            after_s = after_of(npname, np)
             if hit is not None and hit[0] == ck:
                 st = hit[1]
                 st.consolidatable, st.under_consolidate_after = _consolidation_clock(sn, after_s, now)

@@ -11,7 +11,8 @@ For each NodeClaim: add the ``karpenter.sh/termination`` finalizer, then
   the ``karpenter.sh/unregistered`` taint, and set ``Registered=True`` and
   ``status.nodeName``;
 * **initialization**: when the Node is Ready, its startup taints and the known
-  ephemeral taints (not-ready, unreachable, ...) are gone and its resources are registered, label it ``karpenter.sh/initialized`` and set
+  ephemeral taints (not-ready, unreachable, ...) are gone and its resources
+  are registered, label it ``karpenter.sh/initialized`` and set
   ``Initialized=True`` (and ``Ready``);
 * **liveness**: a NodeClaim whose Node has not registered 15 minutes after
   launch is deleted.
