@@ -184,3 +184,30 @@ def test_off_the_same_shapes_get_upstreams_decisions(tmp_path):
     s = _run(_shapes(tmp_path, False))["items"][-1]["status"]
     assert s["pods"]["bound"] == 39 and "featureGates" not in s
     assert all(d["method"] != "optimizer" for d in s["disruptions"])
+
+
+def test_a_repacking_is_handed_over_one_replacement_at_a_time_and_saves_what_it_planned(tmp_path):
+    # the replacements are filled to the brim: drained all at once, the re-created pods of the first workloads
+    # would take the room planned for the last ones, which would then get NodeClaims of their own
+    out = _run(_shapes(tmp_path, True))
+    s = out["items"][-1]["status"]
+    assert s["pods"]["bound"] == s["pods"]["total"] == 39
+    claims = {c["name"]: c for c in s["nodeClaims"]}
+    repacks = [d for d in s["disruptions"] if d["method"] == "optimizer"]
+    assert repacks and all(d["outcome"] == "succeeded" for d in repacks)
+    for d in repacks:
+        planned = sum(float(claims[n]["pricePerHour"]) for n in d["candidates"]) \
+            - sum(float(claims[n]["pricePerHour"]) for n in d["replacements"])
+        saved = float(d["costPerHourBefore"]) - float(d["costPerHourAfter"])
+        assert saved == pytest.approx(planned, abs=0.002), d
+    # after the first minute every NodeClaim is a disruption's replacement: no pod was left for the provisioner
+    replacements = {n for d in s["disruptions"] for n in d["replacements"]}
+    assert [c["name"] for c in s["nodeClaims"] if c["createdAt"] > "2026-01-01T00:00:30Z" and c["name"] not in replacements] == []
+    # the pods planned on a replacement were evicted only once it was initialized, and its candidates went last
+    events = [i for i in out["items"] if i["kind"] == "Event"]
+    at = lambda e: e.get("lastTimestamp") or e.get("eventTime")  # noqa: E731
+    first = repacks[0]
+    evicted = sorted(at(e) for e in events if e["reason"] == "Evicted" and first["startedAt"] <= at(e) <= first["finishedAt"])
+    ready = max(at(e) for e in events if e["reason"] == "Initialized" and e["involvedObject"]["name"] in first["replacements"])
+    gone = min(claims[n]["deletedAt"] for n in first["candidates"])
+    assert evicted and ready <= evicted[0] and evicted[-1] <= gone

@@ -45,7 +45,7 @@ from ..kube import errors as E
 from ..kube.port import DELETED
 from ..metrics import CONSOLIDATION_TYPES
 from ..kube.times import fmt_time, parse_time
-from ..runtime.events import ref
+from ..runtime.events import pod_annotations, ref
 from ..runtime.manager import condition, deleting, is_true
 from ..state.cluster import StateNode
 from .env import Env
@@ -54,6 +54,8 @@ from .provisioning import Provisioner
 from .static import node_counts
 
 REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
+WAVE_TIMEOUT = 60.0  # a re-packing's hand-over moves to its next replacement after this, settled or not
+WAVE_POLL = 1.0
 PLAN_WINDOW = 2 * REPLACEMENT_TIMEOUT  # how long a re-packing's placement plan holds room for its pods' classes
 EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
 FORCED_RECHECK = 300.0
@@ -73,6 +75,12 @@ class Running:
     budget: dict
     cost_before: float
     initialized: set[str] = field(default_factory=set)
+    # a re-packing's hand-over (karpy's ConsolidationOptimizer): per replacement, the pods planned on it; the
+    # replacement being filled now (-1: not begun), since when, and the pods evicted for it
+    waves: list[tuple[str, list[str]]] = field(default_factory=list)
+    wave: int = -1
+    wave_at: float = 0.0
+    evicted: list[str] = field(default_factory=list)
 
 
 class Disruption:
@@ -303,6 +311,10 @@ class Disruption:
             e = c.pods.get(pk)
             if e is not None and not e.node:
                 nominated_targets.add(target)
+        for name in self.orchestrator.handing_over():  # a re-packing's replacements waiting for their pods
+            sn = c.by_claim.get(name)
+            if sn is not None:
+                nominated_targets.add(sn.key)
         nodes: list[NodeState] = []
         ordered = sorted(c.nodes.values(), key=_created_order)
         cache = self._node_states
@@ -469,7 +481,8 @@ class Orchestrator:
             name = created["metadata"]["name"]
             replacements.append(name)
             if cmd.pinned and not isinstance(rep, StaticReplacement):  # the re-packing's plan for the pods' classes
-                c.placement_plans[name] = (Counter(optimizer.slot_key(p) for p in rep.pods), now + PLAN_WINDOW)
+                c.placement_plans[name] = (Counter(optimizer.slot_key(p) for p in rep.pods), now + PLAN_WINDOW,
+                                             frozenset(p.key for p in rep.pods))
             env.recorder.publish(ref(created), "DisruptionLaunching", f"Launching NodeClaim: {cmd.reason}")
             sn = c.by_claim.get(name)
             if sn is not None:
@@ -481,6 +494,8 @@ class Orchestrator:
         c.mark_for_deletion(cands)
         r = Running(next(self.d._ids), cmd, cands, [sn.claim_name for sn in cands], replacements, now, nodepool,
                     budget, before)
+        if cmd.pinned:
+            r.waves = [(name, [p.key for p in rep.pods]) for name, rep in zip(replacements, cmd.replacements)]
         self.d.queue[r.id] = r
         m = env.metrics  # as upstream: counted once the command is in the queue
         decision, reason, ctype = cmd.decision, cmd.reason.lower(), CONSOLIDATION_TYPES.get(cmd.method, "")
@@ -536,6 +551,8 @@ class Orchestrator:
                                          "DisruptionWaitingReadiness", "Waiting on readiness to continue disruption",
                                          dedupe=120.0)
             return 10.0
+        if r.waves and self._hand_over(r):
+            return WAVE_POLL
         consolidation = r.command.method in CONSOLIDATION_TYPES
         for sn, cand in zip(r.candidates, r.command.candidates):
             if sn.claim is None or deleting(sn.claim):
@@ -552,9 +569,78 @@ class Orchestrator:
         env.log.info("command succeeded", controller=self.name, **{"command-id": r.id}, outcome="succeeded")
         return None
 
+    # --- karpy's ConsolidationOptimizer: a re-packing handed over one replacement at a time ------------------
+    #
+    # A re-packing plans which pods each replacement holds, and the replacements are filled to the brim. Were every
+    # candidate drained at once, the scheduler would put the re-created pods wherever there is room first (in
+    # the order their workloads re-create them), and the pods of the last workloads would find the room planned
+    # for them taken. So, once every replacement is initialized, they are cordoned, and opened one at a time: each
+    # is uncordoned and the very pods planned on it are evicted from the (tainted) candidates. Their re-created
+    # pods then have room on that replacement whatever the order they come in and wherever else the scheduler
+    # puts some of them; the next replacement opens once they are bound. The candidates are deleted after the last.
+
+    def _hand_over(self, r: Running) -> bool:
+        """Go on with the hand-over; whether it is still under way."""
+        env = self.env
+        c = env.cluster
+        now = env.now()
+        if r.wave < 0:
+            for name, _ in r.waves:
+                self._cordon(name, True)
+        elif r.wave < len(r.waves) and now - r.wave_at < WAVE_TIMEOUT and \
+                (now - r.wave_at < WAVE_POLL or not self._wave_settled(r)):
+            return True  # the workloads re-create the pods, and the scheduler binds them
+        r.wave += 1
+        if r.wave >= len(r.waves):
+            for name, _ in r.waves:
+                self._cordon(name, False)  # one the hand-over skipped (its pods gone already) included
+            return False
+        name, keys = r.waves[r.wave]
+        self._cordon(name, False)
+        r.wave_at = now
+        r.evicted = []
+        on = {sn.name for sn in r.candidates}
+        for key in keys:
+            e = c.pods.get(key)
+            if e is None or not e.active or e.node not in on:
+                continue
+            meta = e.obj["metadata"]
+            try:
+                env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
+            except (E.TooManyRequests, E.NotFound, E.Conflict):
+                continue  # a PodDisruptionBudget holds it (the candidate's drain evicts it later), or it is gone
+            env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {r.command.reason}", annotations=pod_annotations(e.obj))
+            r.evicted.append(key)
+        env.mgr.pump()
+        return True
+
+    def _wave_settled(self, r: Running) -> bool:
+        """Are the pods evicted for the replacement being filled gone, and every pod that came back bound?"""
+        c = self.env.cluster
+        if any(k in c.pods and c.pods[k].active for k in r.evicted):
+            return False
+        # a pod the provisioner has already found a place for (a NodeClaim it launches) is not waited on
+        return not any(not e.node and e.active and c.nominations.get(e.key) is None for e in c.pods.values())
+
+    def _cordon(self, claim_name: str, on: bool) -> None:
+        sn = self.env.cluster.by_claim.get(claim_name)
+        node = sn.node if sn is not None else None
+        if node is None or bool((node.get("spec") or {}).get("unschedulable")) == on:
+            return
+        try:
+            self.env.api.patch("Node", node["metadata"]["name"], {"spec": {"unschedulable": on or None}})
+        except E.NotFound:
+            pass
+
+    def handing_over(self) -> set[str]:
+        """The replacements of re-packings still being handed over (not to be disrupted meanwhile)."""
+        return {name for r in self.d.queue.values() if r.waves and r.wave < len(r.waves) for name, _ in r.waves}
+
     def _rollback(self, r: Running, why: str) -> None:
         env = self.env
         c = env.cluster
+        for name, _ in r.waves:
+            self._cordon(name, False)
         for sn in r.candidates:
             if sn.claim is None or deleting(sn.claim):
                 continue

@@ -363,22 +363,25 @@ class Provisioner:
         return out
 
     def _planned(self, infos: list, pending: set[str], existing: list[ExistingNode]) -> tuple[list, dict[str, list]]:
-        """karpy's ConsolidationOptimizer: pending pods of a class a re-packing planned on a replacement go there
+        """karpy's ConsolidationOptimizer: pods of a class a re-packing planned on a replacement go there
         (nominated, their room taken in ``existing``) before the scheduler places the rest; the plan holds as many
-        of each class as it planned, less those already bound there. A pod still pending PLAN_PATIENCE seconds
-        after it was first placed so (what places pods found the planned node did not suit it: a zone spread's skew,
-        say) goes through the scheduling simulation like any other."""
+        of each class as it planned, less those already bound there. That is both the pods still on the
+        re-packing's candidates (each on the replacement planned for it, so the scheduling simulation, which packs
+        otherwise, launches nothing for them) and their re-created pods, pending. A pod still pending PLAN_PATIENCE
+        seconds after it was first placed so (what places pods found the planned node did not suit it: a zone
+        spread's skew, say) goes through the scheduling simulation like any other."""
         c = self.env.cluster
         now = self.env.now()
         where = {e.name: i for i, e in enumerate(existing)}
         room: dict[str, Counter] = {}
-        for claim, (want, until) in list(c.placement_plans.items()):
+        planned_for: dict[str, str] = {}  # a pod still on its candidate -> the node planned for it
+        for claim, (want, until, keys) in list(c.placement_plans.items()):
             sn = c.by_claim.get(claim)
             if until < now or sn is None or sn.deleting() or sn.marked:
                 del c.placement_plans[claim]
                 continue
             i = where.get(sn.name)
-            if i is None or not existing[i].schedulable:
+            if i is None:  # (a replacement cordoned is still planned on: the hand-over opens it in its turn)
                 continue
             left = Counter(want)
             for e in sn.pods.values():
@@ -388,6 +391,7 @@ class Provisioner:
                         left[k] -= 1
             if +left:
                 room[sn.name] = left
+                planned_for.update(dict.fromkeys(keys, sn.name))
         if not room:
             return infos, {}
         # a class's pods come back zone by zone as they left: each goes to the planned node in the zone that now
@@ -405,16 +409,20 @@ class Provisioner:
         take: dict[str, list] = {}
         rest = []
         tries, self.plan_tries = self.plan_tries, {}
-        for info in infos:
-            first = tries.get(info.key)
+        # the pods re-created first (they are what the room is for now), then those still on their candidates
+        for info in sorted(infos, key=lambda i: i.key not in pending):
+            waiting = info.key in pending
+            first = tries.get(info.key) if waiting else None
             if first is not None:
                 self.plan_tries[info.key] = first
                 if now - first > PLAN_PATIENCE:
                     rest.append(info)
                     continue
-            k = optimizer.slot_key(info) if info.key in pending else None
-            fits = [name for name, left in room.items() if k is not None and left.get(k, 0) > 0
+            k = optimizer.slot_key(info)
+            fits = [name for name, left in room.items() if left.get(k, 0) > 0
                     and all(free[name].get(r, 0) >= v for r, v in info.requests.items())]
+            if not waiting:  # a pod still on its candidate: the replacement planned for it, or the simulation
+                fits = [name for name in fits if name == planned_for.get(info.key)]
             if not fits:
                 rest.append(info)
                 continue
@@ -423,7 +431,8 @@ class Provisioner:
             held[(k, zone_of.get(target))] += 1
             free[target] = res.subtract(free[target], info.requests)
             take.setdefault(target, []).append(info)
-            self.plan_tries.setdefault(info.key, now)
+            if waiting:
+                self.plan_tries.setdefault(info.key, now)
         for target, placed in take.items():
             i = where[target]
             e = existing[i]

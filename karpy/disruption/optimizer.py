@@ -21,6 +21,7 @@ leave the decision to upstream's methods, which run after.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -242,7 +243,9 @@ def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: d
     if snapshot.pending_pods or any(n.marked_for_deletion or n.terminating or not n.initialized for n in snapshot.nodes):
         return None  # not at rest: pods to place, nodes coming or going
     memo = memo if memo is not None else RepackMemo()
-    chosen = _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
+    chosen = _within_budgets(cands, budgets)
+    if chosen is None:
+        chosen = _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
     pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
             if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     if not pods or not modelled([info for _, info in pods]):
@@ -252,6 +255,16 @@ def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: d
         classes.setdefault(slot_key(info), len(classes))
     zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
     return _plan(snapshot, chosen, pods, classes, zones, memo)
+
+
+def _within_budgets(cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate] | None:
+    """Every on-demand (or reserved) candidate, when the budgets would allow removing them all; else None (the
+    model then chooses which nodes, within the budgets)."""
+    out = sorted((c for c in cands if c.node.capacity_type != CAPACITY_SPOT), key=lambda c: c.name)
+    per = Counter(c.node.nodepool or "" for c in out)
+    if any(budgets.get(pool, 0) < k for pool, k in per.items()):
+        return None
+    return out
 
 
 def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[str | None, PodInfo]],

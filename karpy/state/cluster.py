@@ -283,7 +283,9 @@ class Cluster:
         self.csinodes: dict[str, dict[str, int]] = {}  # node name -> CSI driver -> volumes it may attach there
         self.nominations = Nominations()  # pod key -> StateNode key it was nominated to
         # karpy's ConsolidationOptimizer: NodeClaim name -> (pods per class a re-packing planned there, until when)
-        self.placement_plans: dict[str, tuple[dict, float]] = {}
+        # karpy's ConsolidationOptimizer: replacement NodeClaim -> (pods per class planned on it, until when, the
+        # very pods planned on it)
+        self.placement_plans: dict[str, tuple[dict, float, frozenset[str]]] = {}
         self.do_not_disrupt: set[str] = set()  # pods carrying karpenter.sh/do-not-disrupt
         self.deleting_claims: set[str] = set()  # NodeClaims with a deletionTimestamp
         self.unlaunched: set[str] = set()  # NodeClaims without a provider ID yet
