@@ -13,7 +13,9 @@ condition, create the replacement NodeClaims, mark the candidates for deletion
 in the cluster state, and wait. Once every replacement is initialized the
 candidates are deleted (their termination drains them); if a replacement fails
 to launch, is deleted, or is not initialized within 10 minutes, the command is
-rolled back: taint and condition removed, candidates unmarked.
+rolled back: taint and condition removed, candidates unmarked. A re-packing
+of karpy's ConsolidationOptimizer gate is handed over one replacement at a
+time before its candidates are deleted (``Orchestrator._hand_over``).
 
 Every command is logged ("disrupting node(s)") with its reason, method,
 candidates, replacements and the budget in force, and its outcome.

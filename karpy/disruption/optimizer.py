@@ -2,16 +2,19 @@
 
 Upstream's consolidation looks at one node (replaced by one cheaper node) or a prefix of the candidates (merged
 into at most one new node), and where the pods go is the scheduling simulation's first-fit, largest pod first.
-With the gate on, each disruption pass first asks a model of the whole cluster (:mod:`karpy.disruption.highs`,
-solved by HiGHS) which consolidatable nodes to remove, within the NodePools' budgets; then chooses the new nodes
+With the gate on, each disruption pass offers every consolidatable node to the re-packing when the NodePools'
+budgets would allow removing them all, else asks a model of the whole cluster (:mod:`karpy.disruption.highs`,
+solved by HiGHS) which to remove within the budgets; then chooses the new nodes
 and which pods each holds together (:mod:`karpy.disruption.repack`: column generation over node patterns, zone
 by zone, each pod staying in its zone; a chosen node the re-packing would not change enough to pay for its move
 is kept as it is), and checks the plan (every pod within its planned node's allocatable,
 per-node cap and allowed types; no pod left behind repelling it). The command goes ahead when it saves more
-than ``DISRUPTION_COST`` of the removed nodes' price. It is carried out by the disruption queue as upstream's
-are (replacements launched and initialized before the candidates drain), and each replacement names the pods
-planned for it: karpy's provisioner, with the gate on, places the re-created pods of those classes there, zone by
-zone, so the cluster ends as planned (:meth:`karpy.controllers.provisioning.Provisioner._planned`).
+than ``DISRUPTION_COST`` of the removed nodes' price. It is carried out by the disruption queue (replacements
+launched and initialized before any pod moves, as upstream's are), which hands the plan over one replacement at a
+time: the very pods planned on it are evicted once it alone is open (:meth:`karpy.controllers.disruption.
+Orchestrator._hand_over`), so the re-created pods have their room whatever order they come back in. Each
+replacement names the pods planned for it: karpy's provisioner, with the gate on, places those pods there
+(:meth:`karpy.controllers.provisioning.Provisioner._planned`).
 
 Candidates are upstream's (do-not-disrupt, PodDisruptionBudgets, consolidateAfter, policy), less spot nodes
 (upstream's spot-to-spot rules stay with its own methods). Pods whose constraints the plan does not keep by
