@@ -49,6 +49,7 @@ from ..metrics import CONSOLIDATION_TYPES
 from ..kube.times import fmt_time, parse_time
 from ..runtime.events import pod_annotations, ref
 from ..runtime.manager import condition, deleting, is_true
+from ..state import pods as P
 from ..state.cluster import StateNode
 from .env import Env
 from .lifecycle import clear_condition, set_condition
@@ -57,7 +58,7 @@ from .static import node_counts
 
 REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
 WAVE_TIMEOUT = 60.0  # a re-packing's hand-over moves to its next replacement after this, settled or not
-WAVE_POLL = 1.0
+WAVE_POLL = 1.0  # and looks whether the pods are back this often
 PLAN_WINDOW = 2 * REPLACEMENT_TIMEOUT  # how long a re-packing's placement plan holds room for its pods' classes
 EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
 FORCED_RECHECK = 300.0
@@ -83,6 +84,7 @@ class Running:
     wave: int = -1
     wave_at: float = 0.0
     evicted: list[str] = field(default_factory=list)
+    expect: Counter = field(default_factory=Counter)  # the evicted pods' workloads: their running pods before
 
 
 class Disruption:
@@ -589,8 +591,7 @@ class Orchestrator:
         if r.wave < 0:
             for name, _ in r.waves:
                 self._cordon(name, True)
-        elif r.wave < len(r.waves) and now - r.wave_at < WAVE_TIMEOUT and \
-                (now - r.wave_at < WAVE_POLL or not self._wave_settled(r)):
+        elif r.wave < len(r.waves) and now - r.wave_at < WAVE_TIMEOUT and not self._wave_settled(r):
             return True  # the workloads re-create the pods, and the scheduler binds them
         r.wave += 1
         if r.wave >= len(r.waves):
@@ -602,27 +603,36 @@ class Orchestrator:
         r.wave_at = now
         r.evicted = []
         on = {sn.name for sn in r.candidates}
-        for key in keys:
-            e = c.pods.get(key)
-            if e is None or not e.active or e.node not in on:
-                continue
+        moving = [c.pods[k] for k in keys if k in c.pods and c.pods[k].active and c.pods[k].node in on]
+        # how many running pods each of their workloads has now: the wave is over once it has as many again
+        owners = {o for o in (_owner(e) for e in moving) if o is not None}
+        r.expect = Counter(o for o in (_owner(e) for e in c.pods.values() if e.active) if o in owners)
+        for e in moving:
             meta = e.obj["metadata"]
             try:
                 env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
             except (E.TooManyRequests, E.NotFound, E.Conflict):
                 continue  # a PodDisruptionBudget holds it (the candidate's drain evicts it later), or it is gone
             env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {r.command.reason}", annotations=pod_annotations(e.obj))
-            r.evicted.append(key)
+            r.evicted.append(e.key)
         env.mgr.pump()
         return True
 
     def _wave_settled(self, r: Running) -> bool:
-        """Are the pods evicted for the replacement being filled gone, and every pod that came back bound?"""
+        """Are the pods evicted for the replacement being filled gone, re-created by their workloads, and bound?"""
         c = self.env.cluster
         if any(k in c.pods and c.pods[k].active for k in r.evicted):
             return False
-        # a pod the provisioner has already found a place for (a NodeClaim it launches) is not waited on
-        return not any(not e.node and e.active and c.nominations.get(e.key) is None for e in c.pods.values())
+        placed: Counter = Counter()
+        for e in c.pods.values():
+            if not e.active:
+                continue
+            if not e.node and c.nominations.get(e.key) is None:
+                return False  # (one the provisioner found a place for, a NodeClaim it launches, is not waited on)
+            o = _owner(e) if r.expect else None
+            if o in r.expect:
+                placed[o] += 1
+        return all(placed[o] >= k for o, k in r.expect.items())
 
     def _cordon(self, claim_name: str, on: bool) -> None:
         sn = self.env.cluster.by_claim.get(claim_name)
@@ -675,6 +685,12 @@ class Orchestrator:
             st = dict(sn.claim.get("status") or {})
             if clear_condition(st, "DisruptionReason"):
                 env.api.patch("NodeClaim", sn.claim_name, {"status": st}, subresource="status")
+
+
+def _owner(e) -> tuple | None:
+    """The workload that re-creates a pod (its controller and namespace), or None for a bare pod."""
+    ctl = P.controller_of(e.obj)
+    return None if ctl is None else (e.obj["metadata"].get("namespace", "default"), *ctl)
 
 
 def offering_price(it: InstanceType | None, labels: dict, default: float) -> float:
