@@ -47,7 +47,7 @@ from ..kube import errors as E
 from ..kube.port import DELETED
 from ..metrics import CONSOLIDATION_TYPES
 from ..kube.times import fmt_time, parse_time
-from ..runtime.events import pod_annotations, ref
+from ..runtime.events import ref
 from ..runtime.manager import condition, deleting, is_true
 from ..state import pods as P
 from ..state.cluster import StateNode
@@ -55,6 +55,7 @@ from .env import Env
 from .lifecycle import clear_condition, set_condition
 from .provisioning import Provisioner
 from .static import node_counts
+from .termination import evict
 
 REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is abandoned
 WAVE_TIMEOUT = 60.0  # a re-packing's hand-over moves to its next replacement after this, settled or not
@@ -608,13 +609,9 @@ class Orchestrator:
         owners = {o for o in (_owner(e) for e in moving) if o is not None}
         r.expect = Counter(o for o in (_owner(e) for e in c.pods.values() if e.active) if o in owners)
         for e in moving:
-            meta = e.obj["metadata"]
-            try:
-                env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
-            except (E.TooManyRequests, E.NotFound, E.Conflict):
-                continue  # a PodDisruptionBudget holds it (the candidate's drain evicts it later), or it is gone
-            env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {r.command.reason}", annotations=pod_annotations(e.obj))
-            r.evicted.append(e.key)
+            # a pod a PodDisruptionBudget holds stays; the candidate's drain evicts it later
+            if evict(env, e, r.command.reason, r.command.reason) is None:
+                r.evicted.append(e.key)
         env.mgr.pump()
         return True
 

@@ -206,7 +206,7 @@ class Termination:
             return None
         reason = _eviction_reason(claim)
         metric_reason = "" if claim is None else reason  # upstream's label: empty when the node has no NodeClaim
-        drained, requests = env.metrics.pods_drained, env.metrics.eviction_requests
+        drained = env.metrics.pods_drained
         evicted = 0
         if deadline is not None:
             # each pod is deleted early enough to get its terminationGracePeriodSeconds before the node's
@@ -247,30 +247,17 @@ class Termination:
                                          f'Failed to drain node, pod {e.key} has "karpenter.sh/do-not-disrupt" annotation',
                                          "Warning", dedupe=120.0)
                     continue
-                meta = e.obj["metadata"]
-                try:
-                    env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
-                except E.TooManyRequests:
-                    requests.labels("429").inc()
+                why = evict(env, e, reason, metric_reason)
+                if why == PDB_BLOCKED:
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f"Failed to drain node, evicting pod violates a PDB (Pod={e.key})", "Warning",
                                          dedupe=120.0)
-                    continue
-                except E.InternalError as err:
-                    requests.labels("500").inc()
-                    if "more than one PodDisruptionBudget" in str(err):
-                        env.recorder.publish(ref(node), "FailedDraining",
-                                             f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
-                                             "Warning", dedupe=120.0)
-                        continue
-                    raise
-                except (E.NotFound, E.Conflict) as err:
-                    requests.labels("404" if isinstance(err, E.NotFound) else "409").inc()
-                    continue
-                requests.labels("200").inc()
-                drained.labels(metric_reason).inc()
-                env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {reason}", annotations=pod_annotations(e.obj))
-                evicted += 1
+                elif why == MULTIPLE_PDBS:
+                    env.recorder.publish(ref(node), "FailedDraining",
+                                         f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
+                                         "Warning", dedupe=120.0)
+                elif why is None:
+                    evicted += 1
         env.mgr.pump()
         delay = DRAIN_RETRY if evicted else DRAIN_BLOCKED_RETRY
         if deadline is not None and waiting:
@@ -323,6 +310,35 @@ def _needs_force_delete(pod: dict, deadline: float, now: float) -> bool:
 def _pod_grace(pod: dict) -> int:
     v = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     return DEFAULT_POD_GRACE if v is None else int(v)
+
+
+PDB_BLOCKED, MULTIPLE_PDBS, GONE = "pdb", "multiple-pdbs", "gone"  # why an eviction did not happen
+
+
+def evict(env: Env, e, reason: str, metric_reason: str) -> str | None:
+    """Evict one pod through the Eviction API as upstream's eviction queue does: the request counted by the code of
+    its answer and, once evicted, the pod counted as drained (``metric_reason``) and its ``Evicted`` Event
+    published. None when it was evicted, else why not: PDB_BLOCKED (429), MULTIPLE_PDBS (a 500 naming them) or
+    GONE (404, 409: already gone, or replaced by a pod of the same name)."""
+    requests = env.metrics.eviction_requests
+    meta = e.obj["metadata"]
+    try:
+        env.api.evict(meta["name"], meta.get("namespace", "default"), uid=meta.get("uid"))
+    except E.TooManyRequests:
+        requests.labels("429").inc()
+        return PDB_BLOCKED
+    except E.InternalError as err:
+        requests.labels("500").inc()
+        if "more than one PodDisruptionBudget" in str(err):
+            return MULTIPLE_PDBS
+        raise
+    except (E.NotFound, E.Conflict) as err:
+        requests.labels("404" if isinstance(err, E.NotFound) else "409").inc()
+        return GONE
+    requests.labels("200").inc()
+    env.metrics.pods_drained.labels(metric_reason).inc()
+    env.recorder.publish(ref(e.obj), "Evicted", f"Evicted pod: {reason}", annotations=pod_annotations(e.obj))
+    return None
 
 
 def _eviction_reason(claim: dict | None) -> str:

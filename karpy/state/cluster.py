@@ -282,7 +282,6 @@ class Cluster:
         self.volumes: dict[tuple[str, str, str], dict] = {}
         self.csinodes: dict[str, dict[str, int]] = {}  # node name -> CSI driver -> volumes it may attach there
         self.nominations = Nominations()  # pod key -> StateNode key it was nominated to
-        # karpy's ConsolidationOptimizer: NodeClaim name -> (pods per class a re-packing planned there, until when)
         # karpy's ConsolidationOptimizer: replacement NodeClaim -> (pods per class planned on it, until when, the
         # very pods planned on it)
         self.placement_plans: dict[str, tuple[dict, float, frozenset[str]]] = {}
