@@ -19,7 +19,7 @@ JSON output alone:
     CPU and memory requests, a zone spread on all of them, a hostname spread on
     4-6 and hostname anti-affinity on 1-3, on a kwok NodePool limited to
     on-demand and instance-size < 32 with ``consolidateAfter: 30s`` and a 100 %
-    budget. After 10 simulated minutes every Deployment is scaled to half and
+    budget (``--budget 10%``: upstream's default). After 10 simulated minutes every Deployment is scaled to half and
     the simulation runs to 75 minutes. Checks: every pod bound at the end, and
     the final cost against the LP lower bound of the final pods (fractional
     nodes of the allowed types covering CPU, memory and pod slots).
@@ -109,7 +109,7 @@ def wide_documents(replicas: int) -> list[dict]:
                 ],
             }},
             "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "30s",
-                           "budgets": [{"nodes": "100%"}]},
+                           "budgets": [{"nodes": BUDGET[0]}]},
         },
     }
     docs: list[dict] = [KWOK_NODECLASS, nodepool]
@@ -143,6 +143,7 @@ def wide_documents(replicas: int) -> list[dict]:
 
 
 GATES: dict[str, bool] = {}  # --feature-gates, for the wide Scenario
+BUDGET = ["100%"]  # --budget, the wide NodePool's disruption budget
 
 
 # --- running ---------------------------------------------------------------------------
@@ -290,7 +291,10 @@ def main(argv=None) -> int:
     ap.add_argument("--feature-gates", default="", metavar="NAME=true,...",
                     help="karpy feature gates for the Scenario (with a karpy gate on, karpy simulate also runs "
                          "upstream's decisions, and the line shows both costs)")
+    ap.add_argument("--budget", default="100%", metavar="NODES",
+                    help="the wide NodePool's disruption budget, nodes: (upstream's default is 10%%)")
     args = ap.parse_args(argv)
+    BUDGET[0] = args.budget
     for part in filter(None, (x.strip() for x in args.feature_gates.split(","))):
         k, _, v = part.partition("=")
         GATES[k] = v.strip().lower() != "false"

@@ -111,6 +111,25 @@ def test_the_model_keeps_within_the_budget_and_removes_the_most_wasteful():
     assert one.remove.sum() <= 1  # the budget allows one node
 
 
+def test_under_a_tight_budget_the_part_of_the_repacking_that_saves_most_goes_first():
+    # a re-packing of four $1 nodes (two classes of pods) into new nodes; the NodePool's budget allows two
+    need = np.array([[2, 0], [0, 2], [1, 1], [2, 0]], dtype=float)  # pods of each class on each node removed
+    room = np.array([[2, 1], [1, 2], [4, 0]], dtype=float)  # pods of each class each new node has room for
+    cost = np.concatenate([-(1 - highs.DISRUPTION_COST) * np.ones(4), [0.6, 0.6, 0.5]])
+    take = highs.select(need, room, np.zeros(4, dtype=int), np.array([2.0]), cost)
+    removed, new = np.flatnonzero(take[:4]).tolist(), np.flatnonzero(take[4:]).tolist()
+    # both nodes holding only the first class go into the one new node with room for four of it ($2 -> $0.50);
+    # every other pair needs two new nodes
+    assert removed == [0, 3] and new == [2]
+    # a budget of one node: the cheapest new node that holds one node's pods ($1 -> $0.50)
+    take = highs.select(need, room, np.zeros(4, dtype=int), np.array([1.0]), cost)
+    assert take[:4].sum() == 1 and np.flatnonzero(take[4:]).tolist() == [2]
+    # no budget left, or no part that saves: nothing
+    assert highs.select(need, room, np.zeros(4, dtype=int), np.array([0.0]), cost) is None
+    assert highs.select(need, room, np.zeros(4, dtype=int), np.array([4.0]),
+                        np.concatenate([cost[:4], [2.0, 2.0, 2.0]])) is None
+
+
 def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "highspy", None)  # import highspy now raises ImportError
     assert "pip install 'karpy[optimizer]'" in highs.missing()
@@ -122,7 +141,7 @@ def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, m
     assert "featureGates.ConsolidationOptimizer" in r.output and "karpy[optimizer]" in r.output
 
 
-def _shapes(tmp_path: Path, on: bool) -> Path:
+def _shapes(tmp_path: Path, on: bool, budget: str = "100%") -> Path:
     """Three Deployments of different shapes, spread over zones, scaled to about half after ten minutes: upstream's
     consolidation leaves nodes whose CPU and memory are out of step with their types; the re-packing fills
     nodes with the shapes together."""
@@ -141,7 +160,7 @@ def _shapes(tmp_path: Path, on: bool) -> Path:
                                   "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
                                                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}},
             "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "30s",
-                           "budgets": [{"nodes": "100%"}]}}},
+                           "budgets": [{"nodes": budget}]}}},
         deployment("cpu", "3500m", "2Gi"), deployment("mem", "500m", "28Gi"), deployment("mid", "1500m", "12Gi"),
         {"apiVersion": "karpy.dev/v1alpha1", "kind": "Scenario", "metadata": {"name": "shapes"}, "spec": {
             "settings": {"featureGates": {GATE: on}},
@@ -150,7 +169,7 @@ def _shapes(tmp_path: Path, on: bool) -> Path:
                       {"scale": {"kind": "Deployment", "namespace": "default", "name": "mem", "replicas": 13}},
                       {"scale": {"kind": "Deployment", "namespace": "default", "name": "mid", "replicas": 13}}]}},
     ]
-    d = tmp_path / "shapes"
+    d = tmp_path / f"shapes-{on}-{budget.replace('%', 'pc')}"
     d.mkdir()
     (d / "workload.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return d

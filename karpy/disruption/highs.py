@@ -53,6 +53,17 @@ class Plan:
     objective: float  # the model's cost change, $/h (negative: a saving)
 
 
+def _highs():
+    """A HiGHS instance that gives the same answer to the same model: one thread, a fixed seed, a node limit."""
+    import highspy
+
+    h = highspy.Highs()
+    for key, v in (("output_flag", False), ("threads", 1), ("random_seed", 0), ("presolve", "on"),
+                   ("mip_max_nodes", MIP_MAX_NODES), ("mip_rel_gap", MIP_REL_GAP)):
+        h.setOptionValue(key, v)
+    return h
+
+
 def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.ndarray,
           alloc: np.ndarray, tprice: np.ndarray, free: np.ndarray | None = None,
           free_elsewhere: np.ndarray | None = None) -> Plan:
@@ -102,10 +113,7 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     lp.a_matrix_.value_ = np.array(value, dtype=float)
 
     def run(integer: bool):
-        h = highspy.Highs()
-        for key, v in (("output_flag", False), ("threads", 1), ("random_seed", 0), ("presolve", "on"),
-                       ("mip_max_nodes", MIP_MAX_NODES), ("mip_rel_gap", MIP_REL_GAP)):
-            h.setOptionValue(key, v)
+        h = _highs()
         if integer:
             lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
         else:
@@ -124,3 +132,53 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     remove = x[:n] > 0.5
     launch = np.rint(x[n:]).astype(int)
     return Plan(remove, launch, waste, float(cost @ np.concatenate([remove.astype(float), launch])))
+
+
+def select(need: np.ndarray, room: np.ndarray, group: np.ndarray | list, budget: np.ndarray,
+           cost: np.ndarray) -> np.ndarray | None:
+    """Part of a re-packing within the budgets: ``need`` N x R (what each of N removed nodes holds of each of R
+    pod classes), ``room`` M x R (what each of M new nodes has room for), ``group`` N (index into ``budget``, the
+    NodePools' remaining allowances), ``cost`` N + M (a removal's negative worth, then a new node's price).
+    Chooses the removals and new nodes (binary) of least cost such that the new nodes chosen have room for every
+    class the removals chosen hold; the choice per column (N + M booleans), or None when it saves nothing."""
+    import highspy
+
+    n, r = need.shape
+    m = room.shape[0]
+    ncol = n + m
+    starts, index, value = [0], [], []
+    for i in range(n):
+        for k in np.flatnonzero(need[i]):
+            index.append(int(k))
+            value.append(float(need[i, k]))
+        index.append(r + int(group[i]))
+        value.append(1.0)
+        starts.append(len(index))
+    for j in range(m):
+        for k in np.flatnonzero(room[j]):
+            index.append(int(k))
+            value.append(-float(room[j, k]))
+        starts.append(len(index))
+    lp = highspy.HighsLp()
+    lp.num_col_ = ncol
+    lp.num_row_ = r + len(budget)
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.zeros(ncol)
+    lp.col_upper_ = np.ones(ncol)
+    lp.row_lower_ = np.full(r + len(budget), -highspy.kHighsInf)
+    lp.row_upper_ = np.concatenate([np.zeros(r), budget.astype(float)])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
+    h = _highs()
+    h.passModel(lp)
+    h.run()
+    sol = h.getSolution()
+    if not sol.value_valid:
+        return None
+    x = np.asarray(sol.col_value, dtype=float) > 0.5
+    if float(np.asarray(cost) @ x) >= -1e-9:
+        return None
+    return x

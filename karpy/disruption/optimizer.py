@@ -2,12 +2,13 @@
 
 Upstream's consolidation looks at one node (replaced by one cheaper node) or a prefix of the candidates (merged
 into at most one new node), and where the pods go is the scheduling simulation's first-fit, largest pod first.
-With the gate on, each disruption pass offers every consolidatable node to the re-packing when the NodePools'
-budgets would allow removing them all, else asks a model of the whole cluster (:mod:`karpy.disruption.highs`,
-solved by HiGHS) which to remove within the budgets; then chooses the new nodes
-and which pods each holds together (:mod:`karpy.disruption.repack`: column generation over node patterns, zone
-by zone, each pod staying in its zone; a chosen node the re-packing would not change enough to pay for its move
-is kept as it is), and checks the plan (every pod within its planned node's allocatable,
+With the gate on, each disruption pass offers every consolidatable node to the re-packing. When the NodePools'
+budgets would not allow removing them all, the re-packing is carried out a part at a time, the part the budgets
+allow that saves most first (:func:`_next_part`); failing that, a model of the whole cluster
+(:mod:`karpy.disruption.highs`, solved by HiGHS) chooses which nodes to re-pack within the budgets. The re-packing
+chooses the new nodes and which pods each holds together (:mod:`karpy.disruption.repack`: column generation over
+node patterns, zone by zone, each pod staying in its zone; a chosen node the re-packing would not change enough to
+pay for its move is kept as it is), and checks the plan (every pod within its planned node's allocatable,
 per-node cap and allowed types; no pod left behind repelling it). The command goes ahead when it saves more
 than ``DISRUPTION_COST`` of the removed nodes' price. It is carried out by the disruption queue (replacements
 launched and initialized before any pod moves, as upstream's are), which hands the plan over one replacement at a
@@ -178,6 +179,7 @@ def _model_choice(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets
 REPACK_HOSTNAME = "repack"
 REPACK_SLACK = 1.02  # a packing rarely comes closer than this to the fractional bound: skip when that cannot pay
 REPACK_BACKOFF = 300.0  # seconds after a re-packing that found nothing worth doing (or went stale) before the next
+PART_HORIZON = 1800.0  # seconds a re-packing carried out a part at a time is followed before it is made anew
 
 
 class RepackMemo:
@@ -186,26 +188,44 @@ class RepackMemo:
     REPACK_BACKOFF seconds; a change of either (pods gone, nodes added) lifts the wait."""
 
     def __init__(self) -> None:
-        self.failed: tuple[float, float, float] | None = None  # (until, cost of the nodes, bound of their pods)
+        # per kind of re-packing (of every candidate, of the model's choice): (until, cost of the nodes, bound of
+        # their pods)
+        self.failed: dict[str, tuple[float, float, float]] = {}
         # the clusters (pods and what all nodes cost) a re-packing started from: a cluster that comes back to one
         # (the pods landed elsewhere than planned, and the nodes left over were removed) is not re-packed again
         self.started: set[tuple[int, int]] = set()
+        # a re-packing of every candidate that budgets tighter than the candidates let out a part at a time: what
+        # is left of it, carried out by the next passes while its nodes and their pods are as it found them
+        self.rest: _Rest | None = None
 
     @staticmethod
     def cluster(snapshot: ClusterSnapshot) -> tuple[int, int]:
         return sum(len(n.pods) for n in snapshot.nodes), round(sum(n.price for n in snapshot.nodes) * 1e4)
 
-    def worth_trying(self, now: float, cost_now: float, bound: float) -> bool:
+    def worth_trying(self, now: float, cost_now: float, bound: float, kind: str = "") -> bool:
         if cost_now * (1 - highs.DISRUPTION_COST) <= bound * REPACK_SLACK:
             return False  # even a packing as close to the bound as they come would not pay
-        if self.failed is not None:
-            until, cost, was = self.failed
+        failed = self.failed.get(kind)
+        if failed is not None:
+            until, cost, was = failed
             if now < until and abs(cost_now - cost) <= 0.02 * cost and abs(bound - was) <= 0.02 * was:
                 return False
         return True
 
-    def nothing(self, now: float, cost_now: float, bound: float) -> None:
-        self.failed = (now + REPACK_BACKOFF, cost_now, bound)
+    def nothing(self, now: float, cost_now: float, bound: float, kind: str = "") -> None:
+        self.failed[kind] = (now + REPACK_BACKOFF, cost_now, bound)
+
+
+@dataclass
+class _Rest:
+    """What is left of a re-packing carried out a part at a time."""
+    until: float  # the plan is given up after this (PART_HORIZON after it was made)
+    pods: dict[str, frozenset[str]]  # each node it removes -> the keys of the pods it moves off that node
+    planned: list[tuple[int, int, np.ndarray]]  # its new nodes not launched yet: (zone, type, pods of each class)
+    zones: list[str | None]
+    classes: dict[tuple, int]
+    price: np.ndarray  # zones x types
+    claims: list[list[NewNodeClaim | None]]  # per type, per zone: the NodeClaim a new node becomes
 
 
 def slot_key(p: PodInfo) -> tuple:
@@ -247,8 +267,22 @@ def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: d
         return None  # not at rest: pods to place, nodes coming or going
     memo = memo if memo is not None else RepackMemo()
     chosen = _within_budgets(cands, budgets)
-    if chosen is None:
-        chosen = _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT], budgets)
+    if chosen is not None:
+        return _repack(snapshot, chosen, memo)
+    # a budget tighter than the candidates: the re-packing of them all, of which the part the budgets allow that
+    # saves most goes first and the next passes take the rest; failing that, the re-packing of the model's choice
+    everyone = _within_budgets(cands, None) or []
+    found = _next_part(snapshot, everyone, memo, budgets)
+    if found is None:
+        found = _repack(snapshot, everyone, memo, budgets)
+    if found is not None:
+        return found
+    return _repack(snapshot, _model_choice(snapshot, [c for c in cands if c.node.capacity_type != CAPACITY_SPOT],
+                                           budgets), memo, kind="model")
+
+
+def _repack(snapshot: ClusterSnapshot, chosen: list[Candidate], memo: RepackMemo,
+            budgets: dict[str, int] | None = None, kind: str = "") -> Proposal | None:
     pods = [(c.node.zone, p.info) for c in chosen for p in c.node.pods
             if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
     if not pods or not modelled([info for _, info in pods]):
@@ -257,21 +291,22 @@ def repack_all(snapshot: ClusterSnapshot, cands: Sequence[Candidate], budgets: d
     for _, info in pods:
         classes.setdefault(slot_key(info), len(classes))
     zones = sorted({z for z, _ in pods}, key=lambda z: (z is None, z or ""))
-    return _plan(snapshot, chosen, pods, classes, zones, memo)
+    return _plan(snapshot, chosen, pods, classes, zones, memo, budgets, kind or ("part" if budgets else ""))
 
 
-def _within_budgets(cands: Sequence[Candidate], budgets: dict[str, int]) -> list[Candidate] | None:
-    """Every on-demand (or reserved) candidate, when the budgets would allow removing them all; else None (the
-    model then chooses which nodes, within the budgets)."""
+def _within_budgets(cands: Sequence[Candidate], budgets: dict[str, int] | None) -> list[Candidate] | None:
+    """Every on-demand (or reserved) candidate, when the budgets would allow removing them all (``None``: no
+    budget); else None (then part of the re-packing, or the model's choice, within the budgets)."""
     out = sorted((c for c in cands if c.node.capacity_type != CAPACITY_SPOT), key=lambda c: c.name)
     per = Counter(c.node.nodepool or "" for c in out)
-    if any(budgets.get(pool, 0) < k for pool, k in per.items()):
+    if budgets is not None and any(budgets.get(pool, 0) < k for pool, k in per.items()):
         return None
     return out
 
 
 def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[str | None, PodInfo]],
-          classes: dict[tuple, int], zones: list[str | None], memo: RepackMemo) -> Proposal | None:
+          classes: dict[tuple, int], zones: list[str | None], memo: RepackMemo,
+          budgets: dict[str, int] | None = None, kind: str = "") -> Proposal | None:
     reps = [None] * len(classes)
     for _, info in pods:
         reps[classes[slot_key(info)]] = info
@@ -312,7 +347,7 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     price_a = np.array(price, dtype=float).T  # zones x types
     now = sum(c.price for c in chosen)
     bound = sum(repack.fractional(counts[z] @ sizes, counts[z].sum(), alloc_a, price_a[z]) for z in range(len(zones)))
-    if not memo.worth_trying(snapshot.now, now, bound) or memo.cluster(snapshot) in memo.started:
+    if not memo.worth_trying(snapshot.now, now, bound, kind) or memo.cluster(snapshot) in memo.started:
         return None
     # each candidate may stay as it is: the plan moves its pods only when that saves what a disruption must
     moving = {id(info) for _, info in pods}
@@ -335,27 +370,114 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
     savings = price_removed - sum(price_a[zi, t] for zi, nodes in enumerate(packing.nodes) for t, _ in nodes) \
         if packing else 0.0
     if packing is None or not removed or not worth_it(removed, savings):
-        memo.nothing(snapshot.now, now, bound)
+        memo.nothing(snapshot.now, now, bound, kind)
         return None
-    # the plan's nodes, each with the very pods it holds (the pods of the nodes kept stay where they are)
-    by_class: dict[tuple[int, int], list[PodInfo]] = {}
-    staying = {id(p.info) for c in chosen if id(c) in stays for p in c.node.pods}
-    for z, info in pods:
-        if id(info) not in staying:
-            by_class.setdefault((zones.index(z), classes[slot_key(info)]), []).append(info)
-    bins: list[NewNodeClaim] = []
-    for zi, nodes in enumerate(packing.nodes):
-        for t, y in nodes:
-            nc = claims[t][zi]
-            held = [info for i in np.flatnonzero(y) for info in
-                    [by_class[(zi, int(i))].pop() for _ in range(int(y[i]))]]
-            bins.append(NewNodeClaim(nc.template, f"{REPACK_HOSTNAME}-{len(bins)}", nc.requirements, nc.instance_types,
-                                     held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
-    if not feasible(snapshot, removed, bins):
-        memo.nothing(snapshot.now, now, bound)
+    # the plan's nodes: (zone, type, how many pods of each class it holds)
+    planned = [(zi, t, y) for zi, nodes in enumerate(packing.nodes) for t, y in nodes]
+    if budgets is not None:
+        memo.rest = _Rest(snapshot.now + PART_HORIZON, {}, planned, zones, classes, price_a, claims)
+        for c in removed:
+            memo.rest.pods[c.name] = frozenset(p.key for p in c.node.pods if id(p.info) in moving)
+        found = _next_part(snapshot, removed, memo, budgets)
+        if found is None:
+            memo.nothing(snapshot.now, now, bound, kind)
+        return found
+    bins = _bins(removed, planned, pods, zones, classes, claims)
+    if bins is None or not feasible(snapshot, removed, bins):
+        memo.nothing(snapshot.now, now, bound, kind)
         return None
     memo.started.add(memo.cluster(snapshot))
     return Proposal(removed, bins, None, savings, pinned=True)
+
+
+def _bins(removed: list[Candidate], planned: list[tuple[int, int, np.ndarray]], pods: list[tuple[str | None, PodInfo]],
+          zones: list[str | None], classes: dict[tuple, int],
+          claims: list[list[NewNodeClaim | None]]) -> list[NewNodeClaim] | None:
+    """The plan's new nodes, each with the very pods it holds (the removed nodes' pods of its classes in its zone;
+    the pods of the nodes kept, or left for later, stay where they are); None when a removed node's pod has no
+    room planned for it."""
+    by_class: dict[tuple[int, int], list[PodInfo]] = {}
+    leaving = {id(p.info) for c in removed for p in c.node.pods}
+    for z, info in pods:
+        if id(info) in leaving:
+            by_class.setdefault((zones.index(z), classes[slot_key(info)]), []).append(info)
+    bins: list[NewNodeClaim] = []
+    for zi, t, y in planned:
+        nc = claims[t][zi]
+        held = [by_class[(zi, int(i))].pop() for i in np.flatnonzero(y) for _ in range(int(y[i]))
+                if by_class.get((zi, int(i)))]
+        bins.append(NewNodeClaim(nc.template, f"{REPACK_HOSTNAME}-{len(bins)}", nc.requirements, nc.instance_types,
+                                 held, res.add(dict(nc.requests), res.total(p.requests for p in held))))
+    return None if any(by_class.values()) else bins
+
+
+def _next_part(snapshot: ClusterSnapshot, cands: Sequence[Candidate], memo: RepackMemo,
+               budgets: dict[str, int]) -> Proposal | None:
+    """The next part, within the budgets, of the re-packing being carried out a part at a time: of its nodes
+    still here with the very pods it planned for (the others are left out), and its new nodes not launched yet.
+    The new nodes chosen are taken out of the plan; when no part is left worth doing, the plan is given up."""
+    rest = memo.rest
+    if rest is None:
+        return None
+    if snapshot.now > rest.until or snapshot.pending_pods:
+        memo.rest = None
+        return None
+    removed, pods = [], []
+    for c in cands:
+        keys = rest.pods.get(c.name)
+        if keys is None or c.node.zone not in rest.zones:
+            continue
+        moving = [p.info for p in c.node.pods if currently_reschedulable(p, snapshot.pdbs, snapshot.now)]
+        if frozenset(i.key for i in moving) != keys or any(slot_key(i) not in rest.classes for i in moving):
+            continue
+        removed.append(c)
+        pods.extend((c.node.zone, i) for i in moving)
+    part = _part(removed, rest.planned, rest.zones, rest.classes, {id(i) for _, i in pods}, rest.price, budgets) \
+        if removed else None
+    if part is None:
+        memo.rest = None
+        return None
+    out, planned = part
+    bins = _bins(out, planned, pods, rest.zones, rest.classes, rest.claims)
+    if bins is None or not feasible(snapshot, out, bins):
+        memo.rest = None
+        return None
+    taken = {id(b) for b in planned}
+    rest.planned = [b for b in rest.planned if id(b) not in taken]
+    for c in out:
+        del rest.pods[c.name]
+    savings = sum(c.price for c in out) - sum(rest.price[zi, t] for zi, t, _ in planned)
+    return Proposal(out, bins, None, savings, pinned=True)
+
+
+def _part(removed: list[Candidate], planned: list[tuple[int, int, np.ndarray]], zones: list[str | None],
+          classes: dict[tuple, int], moving: set[int], price: np.ndarray,
+          budgets: dict[str, int]) -> tuple[list[Candidate], list[tuple[int, int, np.ndarray]]] | None:
+    """The part of a re-packing the budgets allow that saves most: which of its removed nodes, and which of its
+    new nodes to hold their pods (each class in each zone within the new nodes' room for it); None when no part
+    within the budgets saves what a disruption must."""
+    n = len(classes)
+    need = np.zeros((len(removed), len(zones) * n))
+    for i, c in enumerate(removed):
+        zi = zones.index(c.node.zone)
+        for ps in c.node.pods:
+            if id(ps.info) in moving:
+                need[i, zi * n + classes[slot_key(ps.info)]] += 1
+    room = np.zeros((len(planned), len(zones) * n))
+    for j, (zi, _, y) in enumerate(planned):
+        room[j, zi * n:(zi + 1) * n] = y
+    pools = sorted({c.node.nodepool or "" for c in removed})
+    group = [pools.index(c.node.nodepool or "") for c in removed]
+    cost = np.concatenate([[-(1.0 - highs.DISRUPTION_COST) * c.price for c in removed],
+                           [price[zi, t] for zi, t, _ in planned]])
+    take = highs.select(need, room, group, np.array([budgets.get(pool, 0) for pool in pools], dtype=float), cost)
+    if take is None:
+        return None
+    out = [c for i, c in enumerate(removed) if take[i]]
+    nodes = [b for j, b in enumerate(planned) if take[len(removed) + j]]
+    if not out or not worth_it(out, sum(c.price for c in out) - sum(price[zi, t] for zi, t, _ in nodes)):
+        return None
+    return out, nodes
 
 
 def modelled(infos: Sequence[PodInfo]) -> bool:
