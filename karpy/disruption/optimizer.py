@@ -197,6 +197,7 @@ class RepackMemo:
         # a re-packing of every candidate that budgets tighter than the candidates let out a part at a time: what
         # is left of it, carried out by the next passes while its nodes and their pods are as it found them
         self.rest: _Rest | None = None
+        self.patterns: list[tuple[tuple[str, str], dict[tuple, float]]] = []  # its last column generation's
 
     @staticmethod
     def cluster(snapshot: ClusterSnapshot) -> tuple[int, int]:
@@ -362,7 +363,22 @@ def _plan(snapshot: ClusterSnapshot, chosen: list[Candidate], pods: list[tuple[s
             zi = zones.index(c.node.zone)
             keep[zi].append((y, c.price * (1 - highs.DISRUPTION_COST), c.price))
             keep_of[zi].append(c)
-    packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool), keep)
+    # carried out a part at a time, the plan is made again often: from the patterns the last one found
+    start = None
+    if budgets is not None:
+        at = {(tpl.nodepool, it.name): t for t, (tpl, it) in enumerate(types)}
+        start = []
+        for key, held in memo.patterns:
+            y = np.zeros(n)
+            if key in at and all(k in classes for k in held):
+                for k, v in held.items():
+                    y[classes[k]] = v
+                start.append((at[key], y))
+    packing = repack.pack(sizes, counts, cap, alloc_a, price_a, np.array(compat, dtype=bool), keep, start)
+    if budgets is not None and packing is not None:
+        keys = list(classes)
+        memo.patterns = [((types[t][0].nodepool, types[t][1].name), {keys[i]: float(y[i]) for i in np.flatnonzero(y)})
+                         for t, y in packing.patterns or []]
     stays = {id(keep_of[zi][k]) for zi, ks in enumerate(packing.kept or []) for k in ks} if packing else set()
     removed = [c for c in chosen if id(c) not in stays]
     price_removed = sum(c.price for c in removed)

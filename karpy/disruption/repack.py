@@ -41,6 +41,7 @@ class Packing:
     cost: float  # what they cost together, the nodes kept included
     bound: float  # the LP's cost: no packing of these pods into these types (or the nodes kept) is cheaper
     kept: list[list[int]] | None = None  # per zone, the ``keep`` nodes the plan keeps as they are
+    patterns: list[tuple[int, np.ndarray]] | None = None  # every pattern the column generation found
 
 
 def _highs():
@@ -137,19 +138,24 @@ def _master(cols: list[tuple[int, np.ndarray]], price, demand: np.ndarray, used:
 
 
 def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarray, price: np.ndarray,
-         compat: np.ndarray, keep: list[list[tuple[np.ndarray, float, float]]] | None = None) -> Packing | None:
+         compat: np.ndarray, keep: list[list[tuple[np.ndarray, float, float]]] | None = None,
+         start: list[tuple[int, np.ndarray]] | None = None) -> Packing | None:
     """``sizes`` I x 2 (CPU, memory of one pod of each class), ``counts`` Z x I (pods per zone), ``cap`` I (most
     pods of a class on one node), ``alloc`` T x 3 (CPU, memory, pods a type offers pods), ``price`` Z x T (inf:
     not offered in the zone), ``compat`` T x I (the class may go on the type); ``keep``, per zone, the nodes that
-    hold these pods now: (pods per class, what keeping it weighs in the choice, what it costs). None when some
-    class fits no type offered in its zone."""
+    hold these pods now: (pods per class, what keeping it weighs in the choice, what it costs); ``start``,
+    patterns (type, pods per class) to start the column generation from (an earlier packing's ``patterns``).
+    None when some class fits no type offered in its zone."""
     zones, n = counts.shape
     kept_out: list[list[int]] = []
     table = _Table(sizes, alloc)
     fits = compat & np.all(sizes[None, :, :2] <= alloc[:, None, :2] + 1e-9, axis=2)  # T x I
     out: list[list[tuple[int, np.ndarray]]] = []
     cost = bound = 0.0
-    pool: list[tuple[int, np.ndarray]] = []  # patterns found for one zone serve the others (where offered)
+    # patterns found for one zone serve the others (where offered)
+    pool: list[tuple[int, np.ndarray]] = [(t, y) for t, y in start or [] if y.sum() <= alloc[t, 2]
+                                          and np.all(y <= cap) and np.all(fits[t] | (y == 0))
+                                          and np.all(y @ sizes <= alloc[t, :2] + 1e-9)]
     for z in range(zones):
         demand = counts[z].astype(float)
         if not demand.any():
@@ -233,7 +239,7 @@ def pack(sizes: np.ndarray, counts: np.ndarray, cap: np.ndarray, alloc: np.ndarr
         out.append(nodes)
         kept_out.append(kept)
         cost += sum(zp[t] for t, _ in nodes) + sum(here[k][2] for k in kept)
-    return Packing(out, cost, bound, kept_out if keep is not None else None)
+    return Packing(out, cost, bound, kept_out if keep is not None else None, pool)
 
 
 def _most(size: np.ndarray, alloc: np.ndarray) -> float:
