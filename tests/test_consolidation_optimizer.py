@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from karpy.cli import main
 from karpy.controller.settings import SettingsError, parse_feature_gates
-from karpy.disruption import highs
+from karpy.disruption import highs, optimizer
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "feature-gates" / "consolidation-optimizer"
 GATE = "ConsolidationOptimizer"
@@ -128,6 +128,48 @@ def test_under_a_tight_budget_the_part_of_the_repacking_that_saves_most_goes_fir
     assert highs.select(need, room, np.zeros(4, dtype=int), np.array([0.0]), cost) is None
     assert highs.select(need, room, np.zeros(4, dtype=int), np.array([4.0]),
                         np.concatenate([cost[:4], [2.0, 2.0, 2.0]])) is None
+
+
+def _wide_status(tmp_path: Path, replicas: int, budget: str, monkeypatch) -> dict:
+    """bench/e2e.py's wide shapes (upstream's wide-deployments test), gate on, with a NodePool budget, 75 minutes."""
+    import yaml
+
+    monkeypatch.syspath_prepend(str(EXAMPLE.parents[2] / "bench"))
+    import e2e
+
+    monkeypatch.setitem(e2e.GATES, GATE, True)
+    monkeypatch.setattr(e2e, "BUDGET", [budget])
+    d = tmp_path / f"wide-{len(list(tmp_path.iterdir()))}"
+    d.mkdir()
+    (d / "workload.yaml").write_text(yaml.safe_dump_all(e2e.wide_documents(replicas), sort_keys=False))
+    r = CliRunner().invoke(main, ["simulate", str(d), "-o", "json", "--until", "75m"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["items"][-1]["status"]
+
+
+def test_under_a_tight_budget_the_repacking_goes_a_part_at_a_time_and_ends_cheaper(tmp_path, monkeypatch):
+    # 30 Deployments of 8 replicas on about 40 nodes, scaled to half; the NodePool lets 20 % of its nodes go at once
+    parts = []
+    take = optimizer._next_part
+
+    def next_part(*args):
+        found = take(*args)
+        if found is not None:
+            parts.append((len(found.candidates), args[3]))
+        return found
+    monkeypatch.setattr(optimizer, "_next_part", next_part)
+    s = _wide_status(tmp_path, 8, "20%", monkeypatch)
+    assert s["pods"]["bound"] == s["pods"]["total"] == 120
+    assert parts and all(n <= sum(budgets.values()) for n, budgets in parts)  # each part within the budget
+    # the same run with the model of the whole cluster choosing which nodes to re-pack (what the gate did before)
+    monkeypatch.setattr(optimizer, "_next_part", lambda *args: None)
+    repack = optimizer._repack
+    monkeypatch.setattr(optimizer, "_repack", lambda snapshot, chosen, memo, budgets=None, kind="":
+                        None if budgets else repack(snapshot, chosen, memo, budgets, kind))
+    model = _wide_status(tmp_path, 8, "20%", monkeypatch)
+    assert model["pods"]["bound"] == 120
+    upstream = float(s["featureGates"]["costPerHourUpstream"])
+    assert float(s["costPerHour"]) < float(model["costPerHour"]) < upstream
 
 
 def test_without_the_solver_the_gate_is_refused_with_a_clear_message(tmp_path, monkeypatch):
