@@ -13,27 +13,11 @@ import json
 
 from localcluster import Karpy, wait_for
 
-MANIFESTS = """
-apiVersion: karpenter.kwok.sh/v1alpha1
-kind: KWOKNodeClass
-metadata: {name: default}
----
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: default}
-      requirements:
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-        - {key: kubernetes.io/os, operator: In, values: [linux]}
-        - {key: kubernetes.io/arch, operator: In, values: [amd64]}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 10s
-    budgets: [{nodes: "100%"}]
-"""
+from .test_controller import MANIFESTS
+
+# test_controller's KWOKNodeClass and NodePool (amd64, on-demand), consolidating underutilized nodes 10 s after a change
+DISRUPTION = {"spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10s",
+                                      "budgets": [{"nodes": "100%"}]}}}
 
 SHAPES = {"cpu": ("3500m", "2Gi"), "mem": ("500m", "28Gi"), "mid": ("1500m", "12Gi")}
 
@@ -62,6 +46,7 @@ def test_a_repacking_is_handed_over_with_the_real_kube_scheduler(local_cluster, 
     cluster = local_cluster
     cluster.install_crds()
     cluster.kubectl("apply", "-f", "-", stdin=MANIFESTS)
+    cluster.kubectl("patch", "nodepool", "default", "--type", "merge", "-p", json.dumps(DISRUPTION))
     api = cluster.api()
     karpy = Karpy.controller(cluster.kubeconfig, tmp_path, "controller", "--cloud-provider", "kwok",
                              "--batch-idle-duration", "200ms", "--feature-gates", "ConsolidationOptimizer=true")
