@@ -126,7 +126,24 @@ class StepResult:
 
 
 def _offerings(it: InstanceType, reqs: Requirements):
-    return it.compatible_offerings(reqs)
+    """``it.compatible_offerings(reqs)``, remembered per type and zone and capacity-type requirement: a
+    consolidation pass prices the same types under the same few requirements for every candidate. (An offering
+    with labels of its own answers to other requirements too: those types are not remembered.)"""
+    z, ct = reqs.get(LABEL_ZONE), reqs.get(LABEL_CAPACITY_TYPE)
+    key = (id(it), z.complement, z.values, z.gte, z.lte, ct.complement, ct.values, ct.gte, ct.lte)
+    hit = _OFFERINGS.get(key)
+    if hit is not None and hit[0] is it:
+        return hit[1]
+    out = it.compatible_offerings(reqs)
+    if not any(o.labels for o in it.offerings):
+        if len(_OFFERINGS) >= _OFFERINGS_MAX:
+            _OFFERINGS.clear()
+        _OFFERINGS[key] = (it, out)  # the type kept alive: its id names it (types are replaced, never changed)
+    return out
+
+
+_OFFERINGS: dict[tuple, tuple[InstanceType, list]] = {}
+_OFFERINGS_MAX = 200_000
 
 
 def cheapest_launch_price(it: InstanceType, reqs: Requirements) -> float:
