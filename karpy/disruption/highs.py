@@ -53,8 +53,9 @@ class Plan:
     objective: float  # the model's cost change, $/h (negative: a saving)
 
 
-def _highs():
-    """A HiGHS instance that gives the same answer to the same model: one thread, a fixed seed, a node limit."""
+def deterministic_highs():
+    """A HiGHS instance that gives the same answer to the same model: one thread, a fixed seed, a node limit
+    (for a MIP; an LP ignores it). The re-packing's LPs use it too."""
     import highspy
 
     h = highspy.Highs()
@@ -113,7 +114,7 @@ def solve(demand: np.ndarray, price: np.ndarray, group: np.ndarray, budget: np.n
     lp.a_matrix_.value_ = np.array(value, dtype=float)
 
     def run(integer: bool):
-        h = _highs()
+        h = deterministic_highs()
         if integer:
             lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
         else:
@@ -172,7 +173,7 @@ def select(need: np.ndarray, room: np.ndarray, group: np.ndarray | list, budget:
     lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
     lp.a_matrix_.value_ = np.array(value, dtype=float)
     lp.integrality_ = [highspy.HighsVarType.kInteger] * ncol
-    h = _highs()
+    h = deterministic_highs()
     h.passModel(lp)
     h.run()
     sol = h.getSolution()

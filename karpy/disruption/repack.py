@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .highs import deterministic_highs as _highs
+
 CPU_CELLS = 480  # the knapsack table's grid: CPU and memory cells across the largest type
 MEM_CELLS = 768
 MAX_ROUNDS = 120  # column generation rounds per zone (each adds up to one pattern per type)
@@ -42,15 +44,6 @@ class Packing:
     bound: float  # the LP's cost: no packing of these pods into these types (or the nodes kept) is cheaper
     kept: list[list[int]] | None = None  # per zone, the ``keep`` nodes the plan keeps as they are
     patterns: list[tuple[int, np.ndarray]] | None = None  # every pattern the column generation found
-
-
-def _highs():
-    import highspy
-
-    h = highspy.Highs()
-    for key, v in (("output_flag", False), ("threads", 1), ("random_seed", 0), ("presolve", "on")):
-        h.setOptionValue(key, v)
-    return h
 
 
 class _Table:
