@@ -72,6 +72,27 @@ def running(api, app: str) -> list[dict]:
             and p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running"]
 
 
+def wait_running(cluster, api, app: str, n: int, **kw) -> None:
+    """Wait for ``n`` pods of ``app`` Running; on a timeout, say where the others are: each one's node, phase and
+    conditions, and what kube-scheduler (at -v 4) logged of it last."""
+    try:
+        wait_for(lambda: len(running(api, app)) == n, **kw)
+    except AssertionError as e:
+        lines = []
+        log = cluster.log("kube-scheduler").splitlines()
+        done = {p["metadata"]["name"] for p in running(api, app)}
+        for p in api.list("Pod", "default")[0]:
+            if (p["metadata"].get("labels") or {}).get("app") != app or p["metadata"]["name"] in done:
+                continue
+            name = p["metadata"]["name"]
+            conds = [(c.get("type"), c.get("status"), c.get("reason")) for c in (p.get("status") or {}).get(
+                "conditions") or []]
+            lines.append(f"{name}: node {p['spec'].get('nodeName')!r}, phase "
+                         f"{(p.get('status') or {}).get('phase')!r}, conditions {conds}")
+            lines += ["    " + line[:400] for line in [x for x in log if name in x][-12:]]
+        raise AssertionError(f"{e}\n" + "\n".join(lines)) from None
+
+
 def holder(api) -> str | None:
     try:
         return api.get("Lease", LEASE_NAME, "kube-system")["spec"].get("holderIdentity") or None
@@ -111,7 +132,7 @@ def test_pods_get_nodes_and_the_controller_stops_cleanly(cluster, tmp_path):
         health, metrics = c.port("health probe"), c.port("metrics")
         wait_for(lambda: http_get(health, "/readyz")[0] == 200, what="readyz")
         api.create(deployment("inflate", 3))
-        wait_for(lambda: len(running(api, "inflate")) == 3, what="3 pods running")
+        wait_running(cluster, api, "inflate", 3, what="3 pods running")
         claims, nodes = api.list("NodeClaim")[0], api.list("Node")[0]
         assert len(claims) == 1 and len(nodes) == 1
         assert claims[0]["status"]["providerID"] == nodes[0]["spec"]["providerID"]
@@ -137,14 +158,14 @@ def test_two_controllers_one_leader_killed_the_other_takes_over(cluster, tmp_pat
         b = controller(cluster, tmp_path, "b")
         wait_for(lambda: http_get(b.port("health probe"), "/readyz")[0] == 200, what="b ready")
         api.create(deployment("one", 2))
-        wait_for(lambda: len(running(api, "one")) == 2, what="pods of the first deployment running")
+        wait_running(cluster, api, "one", 2, what="pods of the first deployment running")
         leaders = [p for p in (a, b) if "successfully acquired lease" in p.messages()]
         assert len(leaders) == 1
         killed, other = leaders[0], (b if leaders[0] is a else a)
         killed.stop(signal.SIGKILL)  # no release: the standby waits for the Lease to expire
         wait_for(lambda: holder(api) not in (None, first_leader), timeout=60, what="the standby takes over")
         api.create(deployment("two", 2, cpu="3"))
-        wait_for(lambda: len(running(api, "two")) == 2, timeout=60, what="pods of the second deployment running")
+        wait_running(cluster, api, "two", 2, timeout=60, what="pods of the second deployment running")
         consistent(api, a, b)
         assert other.stop() == 0
     finally:
@@ -170,7 +191,7 @@ def test_sigterm_leader_hands_over_at_once(cluster, tmp_path):
         assert taken["spec"]["holderIdentity"] != lease["spec"].get("holderIdentity")
         assert int(taken["spec"].get("leaseTransitions") or 0) >= 1
         api.create(deployment("after", 1))
-        wait_for(lambda: len(running(api, "after")) == 1, what="b provisions")
+        wait_running(cluster, api, "after", 1, what="b provisions")
         consistent(api, a, b)
     finally:
         a.stop(signal.SIGKILL)
@@ -220,7 +241,7 @@ spec:
                      "providerID": "azure:///subscriptions/0/resourceGroups/r/providers/Microsoft.Compute/"
                                    "virtualMachines/orphan"}})
         second = controller(cluster, tmp_path, "second", "--leader-elect=false", provider="simulated")
-        wait_for(lambda: len(running(api, "web")) == 3, timeout=180, interval=1, what="the pods running")
+        wait_running(cluster, api, "web", 3, timeout=180, interval=1, what="the pods running")
         assert sorted(c["metadata"]["name"] for c in api.list("NodeClaim")[0]) == claims_before
         assert "orphan" not in {n["metadata"]["name"] for n in api.list("Node")[0]}
         assert {p["spec"]["nodeName"] for p in running(api, "web")} <= {
@@ -252,10 +273,10 @@ def test_cut_connections_lose_and_double_no_nodeclaim(cluster, tmp_path):
         for _ in range(5):  # cut every connection (watches and requests) while pods are provisioned
             time.sleep(0.3)
             proxy.cut()
-        wait_for(lambda: len(running(api, "a")) == 2, what="pods of a running")
+        wait_running(cluster, api, "a", 2, what="pods of a running")
         api.create(deployment("b", 2, cpu="3"))
         proxy.cut()
-        wait_for(lambda: len(running(api, "b")) == 2, what="pods of b running")
+        wait_running(cluster, api, "b", 2, what="pods of b running")
         consistent(api, c)
         assert "watch connection dropped, resuming" in c.messages() or "informer error, retrying" in c.messages()
         assert c.stop() == 0
@@ -274,14 +295,14 @@ def test_control_plane_restarted_mid_run_loses_and_doubles_nothing(cluster, tmp_
     try:
         wait_for(lambda: http_get(c.port("health probe"), "/readyz")[0] == 200, what="ready")
         api.create(deployment("before", 2))
-        wait_for(lambda: len(running(api, "before")) == 2, what="pods running before the restart")
+        wait_running(cluster, api, "before", 2, what="pods running before the restart")
         api.create(deployment("during", 2, cpu="3"))  # provisioned while the component restarts
         cluster.restart(component)
         if component == "etcd":  # kube-apiserver reconnects to etcd on its own
             wait_for(lambda: cluster.request("GET", "/readyz")[0] == 200, timeout=60, what="kube-apiserver ready")
         api.create(deployment("after", 1, cpu="2"))
         for app, n in (("before", 2), ("during", 2), ("after", 1)):
-            wait_for(lambda: len(running(api, app)) == n, timeout=120, interval=0.5, what=f"pods of {app} running")
+            wait_running(cluster, api, app, n, timeout=120, interval=0.5, what=f"pods of {app} running")
         assert c.p.poll() is None, "the controller exited"
         consistent(api, c)
         if component == "kube-apiserver":
