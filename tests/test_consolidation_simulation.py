@@ -127,3 +127,44 @@ def test_a_snapshot_with_one_node_changed_is_prepared_afresh():
     before = {c_.name: c_ for c_ in cands}
     assert "node-01" in simulate(first, [before["node-00"]], consolidation=True).results.existing
     assert "node-01" not in simulate(second, [again["node-00"]], consolidation=True).results.existing
+
+
+def _sparse_hostname_terms() -> Cluster:
+    """Twelve nodes where the hostname terms refuse only some nodes: anti-affine pods on every third node,
+    pods whose anti-affinity repels them on others, and a hostname spread at its skew on the even ones."""
+    c = Cluster()
+    c.nodepool()
+    for i in range(12):
+        pods = [dpod(f"plain-{i}", cpu="500m")]
+        if i % 3 == 0:
+            pods.append(dpod(f"anti-{i}", cpu="250m", labels={"app": "anti"}, **_anti("anti")))
+        if i % 4 == 1:
+            pods.append(dpod(f"guard-{i}", cpu="250m", labels={"app": "guard"}, **_anti("anti")))
+        for k in range(2 if i % 4 == 0 else 1 if i % 4 == 2 else 0):  # maxSkew 2: full at two
+            spread = _spread("hs", "kubernetes.io/hostname")
+            spread["spread"][0]["maxSkew"] = 2
+            pods.append(dpod(f"hs-{i}-{k}", cpu="250m", labels={"app": "hs"}, **spread))
+        c.node(f"node-{i:02d}", itype="std-4", pods=pods, zone=ZONES[i % 3])
+    return c
+
+
+@pytest.mark.parametrize("names", [("node-00",), ("node-03",), ("node-04",), ("node-00", "node-06"),
+                                   ("node-00", "node-02", "node-03", "node-09"), ("node-04", "node-08")])
+def test_nodes_a_hostname_term_refuses_are_skipped_without_changing_any_placement(names):
+    """A simulation over a preparation does not ask the nodes whose hostname terms refuse a class at the
+    preparation's counts (they refuse it in every simulation over it). The pods still go exactly where a fresh
+    scheduler puts them: anti-affine pods onto the nodes holding none of theirs and no pod that repels them,
+    hostname-spread pods onto nodes below the skew, the candidates' own nodes not counted against them."""
+    snapshot = _sparse_hostname_terms().snapshot()
+    cands = {c.name: c for c in build_candidates(snapshot, "graceful", [])}
+    sim = simulate(snapshot, [cands[n] for n in names], consolidation=True)
+    assert _placements(sim.results) == _placements(_from_scratch(snapshot, set(names)))
+    moved_to = {p.key.rsplit("/", 1)[-1]: node for node, pods in sim.results.existing.items() for p in pods}
+    for name in names:
+        i = int(name.rsplit("-", 1)[1])
+        if i % 3 == 0:  # its anti-affine pod lands on a node without one and without a guard
+            j = int(moved_to[f"anti-{i}"].rsplit("-", 1)[1])
+            assert j % 3 != 0 and j % 4 != 1
+        for k in range(2 if i % 4 == 0 else 1 if i % 4 == 2 else 0):  # hostname-spread pods: below the skew
+            j = int(moved_to[f"hs-{i}-{k}"].rsplit("-", 1)[1])
+            assert j % 4 != 0

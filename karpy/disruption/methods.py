@@ -125,40 +125,52 @@ class StepResult:
 # --- prices -------------------------------------------------------------------------------
 
 
-def _offerings(it: InstanceType, reqs: Requirements):
-    """``it.compatible_offerings(reqs)``, remembered per type and zone and capacity-type requirement: a
-    consolidation pass prices the same types under the same few requirements for every candidate. (An offering
-    with labels of its own answers to other requirements too: those types are not remembered.)"""
+def _price_key(reqs: Requirements) -> tuple:
+    """What of ``reqs`` an offering's price answers to: its zone and capacity-type requirements."""
     z, ct = reqs.get(LABEL_ZONE), reqs.get(LABEL_CAPACITY_TYPE)
-    key = (id(it), z.complement, z.values, z.gte, z.lte, ct.complement, ct.values, ct.gte, ct.lte)
+    return (z.complement, z.values, z.gte, z.lte, ct.complement, ct.values, ct.gte, ct.lte)
+
+
+def _priced(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> tuple:
+    """``(type, it.compatible_offerings(reqs), cheapest price, dearest price in the capacity type the provider
+    would pick)``, remembered per type and zone and capacity-type requirement: a consolidation pass prices the
+    same types under the same few requirements for every candidate (``rkey``: ``_price_key(reqs)``, when the
+    caller prices many types under one). An offering with labels of its own answers to other requirements too:
+    those types are not remembered."""
+    key = (id(it), rkey if rkey is not None else _price_key(reqs))
     hit = _OFFERINGS.get(key)
     if hit is not None and hit[0] is it:
-        return hit[1]
+        return hit
     out = it.compatible_offerings(reqs)
+    worst = float("inf")
+    for ct in (CAPACITY_RESERVED, CAPACITY_SPOT, CAPACITY_ON_DEMAND):
+        prices = [o.price for o in out if o.capacity_type == ct]
+        if prices:
+            worst = max(prices)
+            break
+    hit = (it, out, min((o.price for o in out), default=float("inf")), worst)
     if not any(o.labels for o in it.offerings):
         if len(_OFFERINGS) >= _OFFERINGS_MAX:
             _OFFERINGS.clear()
-        _OFFERINGS[key] = (it, out)  # the type kept alive: its id names it (types are replaced, never changed)
-    return out
+        _OFFERINGS[key] = hit  # the type kept alive: its id names it (types are replaced, never changed)
+    return hit
 
 
-_OFFERINGS: dict[tuple, tuple[InstanceType, list]] = {}
+def _offerings(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> list:
+    return _priced(it, reqs, rkey)[1]
+
+
+_OFFERINGS: dict[tuple, tuple] = {}
 _OFFERINGS_MAX = 200_000
 
 
-def cheapest_launch_price(it: InstanceType, reqs: Requirements) -> float:
-    offers = _offerings(it, reqs)
-    return min((o.price for o in offers), default=float("inf"))
+def cheapest_launch_price(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> float:
+    return _priced(it, reqs, rkey)[2]
 
 
-def worst_launch_price(it: InstanceType, reqs: Requirements) -> float:
+def worst_launch_price(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> float:
     """The dearest offering the launch might land on, in the capacity type the provider would pick."""
-    offers = _offerings(it, reqs)
-    for ct in (CAPACITY_RESERVED, CAPACITY_SPOT, CAPACITY_ON_DEMAND):
-        prices = [o.price for o in offers if o.capacity_type == ct]
-        if prices:
-            return max(prices)
-    return float("inf")
+    return _priced(it, reqs, rkey)[3]
 
 
 def _min_values_keys(types: Sequence[InstanceType], reqs: Requirements) -> tuple[int, list[str]]:
@@ -578,15 +590,16 @@ class DisruptionEngine:
         reqs = rep.requirements
         all_spot = all(c.node.capacity_type == CAPACITY_SPOT for c in cands)
         # cheapest first, before any truncation or minValues count (upstream's OrderByPrice)
-        ordered = sorted(rep.instance_types, key=lambda it: cheapest_launch_price(it, reqs))
+        rkey = _price_key(reqs)
+        ordered = sorted(rep.instance_types, key=lambda it: cheapest_launch_price(it, reqs, rkey))
         if all_spot and reqs.get(LABEL_CAPACITY_TYPE).has(CAPACITY_SPOT):
             if not snapshot.feature_gates.get("SpotToSpotConsolidation", False):
                 unconsolidatable("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
                 return None
             reqs = reqs.copy()
             reqs.add(Requirement.new(LABEL_CAPACITY_TYPE, IN, [CAPACITY_SPOT]))
-            types = [it for it in ordered if _offerings(it, reqs)]
-            types = [it for it in types if worst_launch_price(it, reqs) < price]
+            rkey = _price_key(reqs)
+            types = [it for it in ordered if _offerings(it, reqs, rkey) and worst_launch_price(it, reqs, rkey) < price]
             short = min_values_short(types, reqs)
             if short is not None:
                 unconsolidatable(f"Filtering by price: {short}")
@@ -603,7 +616,7 @@ class DisruptionEngine:
                     return None
                 types = types[:max(SPOT_TO_SPOT_MIN_TYPES, min_values_needed(types, reqs))]
         else:
-            types = [it for it in ordered if worst_launch_price(it, reqs) < price]
+            types = [it for it in ordered if worst_launch_price(it, reqs, rkey) < price]
             short = min_values_short(types, reqs)
             if short is not None:
                 unconsolidatable(f"Filtering by price: {short}")
@@ -696,7 +709,8 @@ class DisruptionEngine:
             own[it.name] = min(own.get(it.name, float("inf")), c.price)
         rep = cmd.replacements[0]
         max_price = min((own[it.name] for it in rep.instance_types if it.name in own), default=float("inf"))
-        types = [it for it in rep.instance_types if worst_launch_price(it, rep.requirements) < max_price]
+        rkey = _price_key(rep.requirements)
+        types = [it for it in rep.instance_types if worst_launch_price(it, rep.requirements, rkey) < max_price]
         if not types or min_values_short(types, rep.requirements) is not None:
             return False
         if len(types) != len(rep.instance_types):

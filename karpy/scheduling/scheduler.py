@@ -1532,6 +1532,9 @@ class Scheduler:
             for taints, rows in prep.taint_rows:
                 if tolerates_all(cls.tolerations, taints) is not None:
                     hit[rows] = False
+            refused = self._host_refused(cls) if cls.topology_bound() else ()
+            if refused:
+                hit[refused] = False
             nz = cls.nz_list
             quot = None
             if nz:
@@ -1546,6 +1549,41 @@ class Scheduler:
             rows = np.flatnonzero(hit)
             hit = memo[key] = (rows.tolist(), None if quot is None else quot[rows].tolist())
         return hit
+
+    def _host_refused(self, cls: _Class) -> list[int]:
+        """The rows of the preparation's nodes that a term of the class keyed on the hostname refuses at the
+        preparation's counts: pods (or, for the pod's own anti-affinity, owners) of an anti-affinity term there,
+        owners of another pod's anti-affinity term that selects the class, or a hostname spread at its skew.
+        Each of these refusals reads only the counts at the node's own hostname, and a solve over the
+        preparation only adds to those (it takes away only what its excluded nodes held, and their rows): such
+        a node refuses the class in every solve over it, so its row need not be asked (a required pod
+        anti-affinity on the hostname, one pod a node, would otherwise ask every node of the cluster)."""
+        prep = self._prep
+        groups = prep.base.topology.groups
+        hosts: set[str] = set()
+
+        def above(src: dict[str, int], limit: int) -> None:
+            hosts.update(h for h, c in src.items() if c > limit)
+
+        for g, self_sel, _ in cls.spreads:
+            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
+                above(bg.counts, g.max_skew - 1 if self_sel else g.max_skew)
+        for g, self_sel in cls.antis:
+            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
+                above(bg.counts, 0)
+                if self_sel:
+                    above(bg.owners, 0)
+        for g in cls.inverse():
+            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
+                above(bg.owners, 0)
+        if not hosts:
+            return []
+        by_host = prep.__dict__.get("_host_rows")
+        if by_host is None:
+            by_host = prep._host_rows = {}
+            for i, n in enumerate(prep.base.nodes):
+                by_host.setdefault(n.hostname, []).append(i)
+        return [i for h in hosts for i in by_host.get(h, ())]
 
     @staticmethod
     def _static_refusal(cls: _Class, node: _Node) -> bool:
