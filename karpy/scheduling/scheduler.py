@@ -1514,8 +1514,9 @@ class Scheduler:
 
     def _candidate_rows(self, cls: _Class) -> tuple[list[int], list[int] | None] | None:
         """For a solve over a preparation, the rows of the prepared nodes (in order) that may take a pod of the
-        class at all: nodes :meth:`_static_refusal` does not refuse, with room for one pod in the preparation
-        (a solve only adds pods to a node, so a node without room there never has room in a solve). Remembered
+        class at all: nodes :meth:`_static_refusal` does not refuse, that no hostname term of the class refuses
+        (:meth:`_host_refused`), with room for one pod in the preparation (a solve only adds pods to a node, so
+        a node without room there never has room in a solve). Remembered
         by the preparation for the classes it remembers: their constraints are the same in every solve over it.
         None for other classes (relaxed, with volumes, or in a solve of its own): their nodes are asked one by
         one, those with room. With the rows, how many pods of the class each node's free resources held in the
