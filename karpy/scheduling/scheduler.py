@@ -1313,15 +1313,7 @@ class Scheduler:
         of its placement (for a class whose topology terms are all keyed on the hostname, see
         :meth:`_hostname_only`): the conditions of :meth:`_topology_cap`, read from domain lists the groups keep
         as pods are recorded, turned into rows once. None when it refuses none."""
-        watched: list[tuple[TopologyGroup, int, bool]] = []
-        for g, self_sel, _ in cls.spreads:
-            watched.append((g, g.max_skew if self_sel else g.max_skew + 1, False))
-        for g, self_sel in cls.antis:
-            watched.append((g, 1, False))
-            if self_sel:
-                watched.append((g, 1, True))
-        for g in cls.inverse():
-            watched.append((g, 1, True))
+        watched = self._count_refusals(cls)
         if not watched:
             return None
         rows = self._host_rows
@@ -1346,6 +1338,24 @@ class Scheduler:
                     mask[r] = True
             hit[1] = len(lst)
             out = mask[:n].copy() if out is None else out | mask[:n]
+        return out
+
+    @staticmethod
+    def _count_refusals(cls: _Class) -> list[tuple[TopologyGroup, int, bool]]:
+        """The class's terms as refusals of a domain by its counts alone, as :meth:`_topology_cap` judges them
+        in a domain of their own key: ``(group, threshold, owners)``, a domain whose count of the group's pods
+        (``owners``: of pods carrying the group's term) reaches the threshold is refused (a spread at its skew,
+        an anti-affinity's pods or, for the pod's own term, its owners, another pod's term that selects the
+        class)."""
+        out: list[tuple[TopologyGroup, int, bool]] = []
+        for g, self_sel, _ in cls.spreads:
+            out.append((g, g.max_skew if self_sel else g.max_skew + 1, False))
+        for g, self_sel in cls.antis:
+            out.append((g, 1, False))
+            if self_sel:
+                out.append((g, 1, True))
+        for g in cls.inverse():
+            out.append((g, 1, True))
         return out
 
     def _domain_codes(self, key: str) -> np.ndarray:
@@ -1562,21 +1572,10 @@ class Scheduler:
         prep = self._prep
         groups = prep.base.topology.groups
         hosts: set[str] = set()
-
-        def above(src: dict[str, int], limit: int) -> None:
-            hosts.update(h for h, c in src.items() if c > limit)
-
-        for g, self_sel, _ in cls.spreads:
-            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
-                above(bg.counts, g.max_skew - 1 if self_sel else g.max_skew)
-        for g, self_sel in cls.antis:
-            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
-                above(bg.counts, 0)
-                if self_sel:
-                    above(bg.owners, 0)
-        for g in cls.inverse():
-            if g.key == LABEL_HOSTNAME and (bg := groups.get(g.ident)) is not None:
-                above(bg.owners, 0)
+        for g, t, owners in self._count_refusals(cls):
+            bg = groups.get(g.ident) if g.key == LABEL_HOSTNAME and t > 0 else None
+            if bg is not None:
+                hosts.update(h for h, c in (bg.owners if owners else bg.counts).items() if c >= t)
         if not hosts:
             return []
         by_host = prep.__dict__.get("_host_rows")
