@@ -72,9 +72,9 @@ def running(api, app: str) -> list[dict]:
             and p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") == "Running"]
 
 
-def wait_running(cluster, api, app: str, n: int, **kw) -> None:
+def wait_running(cluster, api, app: str, n: int, karpy: Karpy | None = None, **kw) -> None:
     """Wait for ``n`` pods of ``app`` Running; on a timeout, say where the others are: each one's node, phase and
-    conditions, and what kube-scheduler (at -v 4) logged of it last."""
+    conditions, and what kube-scheduler (at -v 4) and the ``karpy`` controller logged of it last."""
     try:
         wait_for(lambda: len(running(api, app)) == n, **kw)
     except AssertionError as e:
@@ -90,6 +90,9 @@ def wait_running(cluster, api, app: str, n: int, **kw) -> None:
             lines.append(f"{name}: node {p['spec'].get('nodeName')!r}, phase "
                          f"{(p.get('status') or {}).get('phase')!r}, conditions {conds}")
             lines += ["    " + line[:400] for line in [x for x in log if name in x][-12:]]
+            if karpy is not None:
+                lines += ["    karpy: " + line[:400] for line in karpy.out_path.read_text().splitlines()
+                          if name in line][-8:]
         raise AssertionError(f"{e}\n" + "\n".join(lines)) from None
 
 
@@ -302,7 +305,7 @@ def test_control_plane_restarted_mid_run_loses_and_doubles_nothing(cluster, tmp_
             wait_for(lambda: cluster.request("GET", "/readyz")[0] == 200, timeout=60, what="kube-apiserver ready")
         api.create(deployment("after", 1, cpu="2"))
         for app, n in (("before", 2), ("during", 2), ("after", 1)):
-            wait_running(cluster, api, app, n, timeout=120, interval=0.5, what=f"pods of {app} running")
+            wait_running(cluster, api, app, n, karpy=c, timeout=120, interval=0.5, what=f"pods of {app} running")
         assert c.p.poll() is None, "the controller exited"
         consistent(api, c)
         if component == "kube-apiserver":
