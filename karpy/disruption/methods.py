@@ -164,6 +164,30 @@ _OFFERINGS: dict[tuple, tuple] = {}
 _OFFERINGS_MAX = 200_000
 
 
+def _by_price(types: Sequence[InstanceType], reqs: Requirements, rkey: tuple) -> tuple[list, list[float]]:
+    """``types`` cheapest first (a stable sort: upstream's OrderByPrice) and, in that order, each one's dearest
+    launch price (``rkey``: ``_price_key(reqs)``). Remembered per list of types and zone and capacity-type
+    requirement: a pass's simulations open NodeClaims with the same few lists of types, and each would sort
+    them again. The lists returned are shared: read them, never change them."""
+    key = (rkey, tuple(map(id, types)))
+    hit = _BY_PRICE.get(key)
+    if hit is not None:
+        return hit[1], hit[2]
+    priced = [_priced(it, reqs, rkey) for it in types]
+    order = sorted(range(len(priced)), key=lambda i: priced[i][2])
+    ordered = [types[i] for i in order]
+    worst = [priced[i][3] for i in order]
+    if all((id(it), rkey) in _OFFERINGS for it in types):  # (not a type whose offerings carry labels)
+        if len(_BY_PRICE) >= _BY_PRICE_MAX:
+            _BY_PRICE.clear()
+        _BY_PRICE[key] = (list(types), ordered, worst)  # the types kept alive: their ids name them
+    return ordered, worst
+
+
+_BY_PRICE: dict[tuple, tuple[list, list, list[float]]] = {}
+_BY_PRICE_MAX = 20_000
+
+
 def cheapest_launch_price(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> float:
     return _priced(it, reqs, rkey)[2]
 
@@ -591,7 +615,7 @@ class DisruptionEngine:
         all_spot = all(c.node.capacity_type == CAPACITY_SPOT for c in cands)
         # cheapest first, before any truncation or minValues count (upstream's OrderByPrice)
         rkey = _price_key(reqs)
-        ordered = sorted(rep.instance_types, key=lambda it: cheapest_launch_price(it, reqs, rkey))
+        ordered, worst = _by_price(rep.instance_types, reqs, rkey)
         if all_spot and reqs.get(LABEL_CAPACITY_TYPE).has(CAPACITY_SPOT):
             if not snapshot.feature_gates.get("SpotToSpotConsolidation", False):
                 unconsolidatable("SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node")
@@ -616,7 +640,7 @@ class DisruptionEngine:
                     return None
                 types = types[:max(SPOT_TO_SPOT_MIN_TYPES, min_values_needed(types, reqs))]
         else:
-            types = [it for it in ordered if worst_launch_price(it, reqs, rkey) < price]
+            types = [it for it, w in zip(ordered, worst) if w < price]
             short = min_values_short(types, reqs)
             if short is not None:
                 unconsolidatable(f"Filtering by price: {short}")
