@@ -2335,7 +2335,8 @@ class Scheduler:
         prices = ts.prices(req)[idx]
         order = np.lexsort((ts.name_rank[idx], prices))[:MAX_INSTANCE_TYPES]
         kept = idx[order]
-        types = [ts.types[int(i)] for i in kept]
+        all_types = ts.types
+        types = [all_types[i] for i in kept.tolist()]
         final = req.copy()
         final.add(Requirement.new(LABEL_INSTANCE_TYPE, IN, [it.name for it in types]))
         if claim.reserved:  # as upstream's FinalizeScheduling: a NodeClaim holding reservations launches into one
