@@ -56,3 +56,31 @@ def test_a_changed_cluster_is_simulated_again():
     assert methods.SIMULATIONS[0] > before
     assert r.command is not None and r.command.decision == "delete"
     assert names(r.command) == ["a"]
+
+
+def test_replacement_types_are_ordered_by_price_as_upstream_and_repriced_when_replaced():
+    """The price filter orders a replacement's types cheapest first, equal prices in the NodeClaim's own order
+    (upstream's OrderByPrice is a stable sort), with each one's dearest launch price beside it. Remembered per
+    list of types: a second simulation with the same list gets the same answer, and a type replaced by one with
+    other prices (a catalog refresh) is priced anew."""
+    from karpy.cloudprovider.types import InstanceType, Offering
+    from karpy.scheduling.requirements import Requirements
+
+    def it(name: str, *prices: tuple[str, str, float]) -> InstanceType:
+        return InstanceType(name=name, labels={}, capacity={}, overhead={},
+                            offerings=[Offering(zone=z, capacity_type=ct, price=p) for z, ct, p in prices])
+
+    reqs = Requirements()
+    rkey = methods._price_key(reqs)
+    a = it("a", ("z1", "on-demand", 0.30), ("z2", "on-demand", 0.50))
+    b = it("b", ("z1", "on-demand", 0.20))
+    c = it("c", ("z1", "on-demand", 0.30), ("z1", "spot", 0.10), ("z2", "spot", 0.40))
+    d = it("d", ("z1", "on-demand", 0.20))
+    ordered, worst = methods._by_price([a, b, c, d], reqs, rkey)
+    assert [t.name for t in ordered] == ["c", "b", "d", "a"]  # c's spot is cheapest; b before d as given
+    assert worst == [0.40, 0.20, 0.20, 0.50]  # c: its dearest spot offering, the capacity type launched first
+    assert methods._by_price([a, b, c, d], reqs, rkey) == (ordered, worst)
+    b2 = it("b", ("z1", "on-demand", 0.60))
+    ordered, worst = methods._by_price([a, b2, c, d], reqs, rkey)
+    assert [t.name for t in ordered] == ["c", "d", "a", "b"]
+    assert worst == [0.40, 0.20, 0.50, 0.60]
