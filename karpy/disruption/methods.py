@@ -185,7 +185,9 @@ def _by_price(types: Sequence[InstanceType], reqs: Requirements, rkey: tuple) ->
 
 
 _BY_PRICE: dict[tuple, tuple[list, list, list[float]]] = {}
-_BY_PRICE_MAX = 20_000
+# A pass opens few distinct lists (34 in all over bench/consolidation.py's 500-node run); an entry holds three lists
+# and a key as long as the catalog (about 45 KB for 800 types), so a long-running controller keeps at most ~11 MB.
+_BY_PRICE_MAX = 256
 
 
 def cheapest_launch_price(it: InstanceType, reqs: Requirements, rkey: tuple | None = None) -> float:
