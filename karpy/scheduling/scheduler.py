@@ -1570,20 +1570,33 @@ class Scheduler:
         a node refuses the class in every solve over it, so its row need not be asked (a required pod
         anti-affinity on the hostname, one pod a node, would otherwise ask every node of the cluster)."""
         prep = self._prep
-        groups = prep.base.topology.groups
-        hosts: set[str] = set()
+        memo = prep.__dict__.get("_host_refusals")
+        if memo is None:  # per term, shared by the classes it judges: (ident, threshold, owners) -> rows
+            memo = prep._host_refusals = {}
+        out: list[int] = []
         for g, t, owners in self._count_refusals(cls):
-            bg = groups.get(g.ident) if g.key == LABEL_HOSTNAME and t > 0 else None
-            if bg is not None:
-                hosts.update(h for h, c in (bg.owners if owners else bg.counts).items() if c >= t)
-        if not hosts:
+            if g.key != LABEL_HOSTNAME or t <= 0:
+                continue
+            k = (g.ident, t, owners)
+            rows = memo.get(k)
+            if rows is None:
+                rows = memo[k] = self._hosts_reaching(g.ident, t, owners)
+            out += rows
+        return out
+
+    def _hosts_reaching(self, ident: tuple, t: int, owners: bool) -> list[int]:
+        """The rows of the preparation's nodes whose hostname's count (``owners``: owner count) in the group
+        ``ident`` reaches ``t`` at the preparation's counts."""
+        prep = self._prep
+        bg = prep.base.topology.groups.get(ident)
+        if bg is None:
             return []
         by_host = prep.__dict__.get("_host_rows")
         if by_host is None:
             by_host = prep._host_rows = {}
             for i, n in enumerate(prep.base.nodes):
                 by_host.setdefault(n.hostname, []).append(i)
-        return [i for h in hosts for i in by_host.get(h, ())]
+        return [i for h, c in (bg.owners if owners else bg.counts).items() if c >= t for i in by_host.get(h, ())]
 
     @staticmethod
     def _static_refusal(cls: _Class, node: _Node) -> bool:
