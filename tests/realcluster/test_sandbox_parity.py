@@ -947,10 +947,18 @@ CONTROL_PLANE = frozenset({"kube-controller-manager", "kube-scheduler", "kubelet
 
 
 def _managed(obj: dict) -> list[dict]:
-    """managedFields as a client reads them (times normalised by norm), but the control plane's own entries."""
-    return [{k: e.get(k) for k in ("manager", "operation", "apiVersion", "fieldsType", "fieldsV1", "subresource", "time")
-             if k in e} for e in (obj.get("metadata") or {}).get("managedFields") or ()
-            if e.get("manager") not in CONTROL_PLANE]
+    """managedFields as a client reads them (times normalised by norm), but the control plane's own entries.
+
+    kube-apiserver orders the entries by operation, then by their times in whole seconds, then by manager: two
+    writes a test makes one after the other fall in one second or in two, by chance, on either server. So the
+    entries of one operation are compared in the order equal times give them, by manager (then API version and
+    subresource)."""
+    entries = [{k: e.get(k) for k in ("manager", "operation", "apiVersion", "fieldsType", "fieldsV1", "subresource",
+                                      "time") if k in e}
+               for e in (obj.get("metadata") or {}).get("managedFields") or ()
+               if e.get("manager") not in CONTROL_PLANE]
+    return sorted(entries, key=lambda e: (e.get("operation") or "", e.get("manager") or "", e.get("apiVersion") or "",
+                                          e.get("subresource") or ""))
 
 
 def _yaml(*docs: dict) -> str:
