@@ -680,12 +680,33 @@ class Prepared:
         self.class_memo: dict[tuple, tuple] = {}
         # per such class, which prepared nodes it may ever land on (see Scheduler._candidate_rows)
         self.static_memo: dict[tuple, tuple] = {}
+        # see hosts_reaching: (group ident, threshold, owners) -> rows, and each hostname's rows, once asked
+        self._host_refusals: dict[tuple, list[int]] = {}
+        self._rows_by_host: dict[str, list[int]] | None = None
         self.takes_moving = np.fromiter((n.node.takes_moving for n in base.nodes), dtype=bool, count=len(base.nodes))
         by_taints: dict[tuple, list[int]] = {}
         for n in base.nodes:
             if n.node.taints:
                 by_taints.setdefault(tuple(n.node.taints), []).append(n.row)
         self.taint_rows = [(list(t), np.array(rows, dtype=np.int64)) for t, rows in by_taints.items()]
+
+    def hosts_reaching(self, ident: tuple, t: int, owners: bool) -> list[int]:
+        """The rows of the prepared nodes whose hostname's count (``owners``: owner count) in the group ``ident``
+        reaches ``t`` at the preparation's counts; worked out once per term, for every class it judges."""
+        k = (ident, t, owners)
+        rows = self._host_refusals.get(k)
+        if rows is None:
+            rows = []
+            bg = self.base.topology.groups.get(ident)
+            if bg is not None:
+                if self._rows_by_host is None:
+                    self._rows_by_host = {}
+                    for i, n in enumerate(self.base.nodes):
+                        self._rows_by_host.setdefault(n.hostname, []).append(i)
+                by_host = self._rows_by_host
+                rows = [i for h, c in (bg.owners if owners else bg.counts).items() if c >= t for i in by_host.get(h, ())]
+            self._host_refusals[k] = rows
+        return rows
 
     def room(self) -> tuple[np.ndarray, list[int], list[int]]:
         """Per prepared node (row), its free resources (none below zero); their sum per resource; and per
@@ -1569,34 +1590,11 @@ class Scheduler:
         preparation only adds to those (it takes away only what its excluded nodes held, and their rows): such
         a node refuses the class in every solve over it, so its row need not be asked (a required pod
         anti-affinity on the hostname, one pod a node, would otherwise ask every node of the cluster)."""
-        prep = self._prep
-        memo = prep.__dict__.get("_host_refusals")
-        if memo is None:  # per term, shared by the classes it judges: (ident, threshold, owners) -> rows
-            memo = prep._host_refusals = {}
         out: list[int] = []
         for g, t, owners in self._count_refusals(cls):
-            if g.key != LABEL_HOSTNAME or t <= 0:
-                continue
-            k = (g.ident, t, owners)
-            rows = memo.get(k)
-            if rows is None:
-                rows = memo[k] = self._hosts_reaching(g.ident, t, owners)
-            out += rows
+            if g.key == LABEL_HOSTNAME and t > 0:
+                out += self._prep.hosts_reaching(g.ident, t, owners)
         return out
-
-    def _hosts_reaching(self, ident: tuple, t: int, owners: bool) -> list[int]:
-        """The rows of the preparation's nodes whose hostname's count (``owners``: owner count) in the group
-        ``ident`` reaches ``t`` at the preparation's counts."""
-        prep = self._prep
-        bg = prep.base.topology.groups.get(ident)
-        if bg is None:
-            return []
-        by_host = prep.__dict__.get("_host_rows")
-        if by_host is None:
-            by_host = prep._host_rows = {}
-            for i, n in enumerate(prep.base.nodes):
-                by_host.setdefault(n.hostname, []).append(i)
-        return [i for h, c in (bg.owners if owners else bg.counts).items() if c >= t for i in by_host.get(h, ())]
 
     @staticmethod
     def _static_refusal(cls: _Class, node: _Node) -> bool:
