@@ -61,7 +61,11 @@ REPLACEMENT_TIMEOUT = 600.0  # a command whose replacements do not initialize is
 WAVE_TIMEOUT = 60.0  # a re-packing's hand-over moves to its next replacement after this, settled or not
 WAVE_POLL = 1.0  # and looks whether the pods are back this often
 PLAN_WINDOW = 2 * REPLACEMENT_TIMEOUT  # how long a re-packing's placement plan holds room for its pods' classes
+# how long upstream's recorder keeps a repeat of each event away; the Node and NodeClaim events of the
+# disruption controller are repeats whatever their message (upstream's DedupeValues name only the object), a
+# NodePool's DisruptionBlocked only for the same disruption reason (its message names the reason), for a minute
 EVENT_DEDUPE = {"Unconsolidatable": 900.0, "DisruptionBlocked": 120.0, "FailedDraining": 120.0}
+NODEPOOL_BLOCKED_DEDUPE = 60.0
 FORCED_RECHECK = 300.0
 
 
@@ -411,8 +415,10 @@ class Disruption:
             self.emit_node(e.name, e.reason, e.message, e.etype, dedupe=True)
         else:
             obj = self.env.cluster.nodepools.get(e.name) if e.kind == "NodePool" else None
+            blocked = e.kind == "NodePool" and e.reason == "DisruptionBlocked"
             self.env.recorder.publish(ref(obj, kind=e.kind, name=e.name), e.reason, e.message, e.etype,
-                                      dedupe=EVENT_DEDUPE.get(e.reason, 120.0))
+                                      dedupe=NODEPOOL_BLOCKED_DEDUPE if blocked else EVENT_DEDUPE.get(e.reason, 120.0),
+                                      dedupe_on=None if blocked else ())
 
     def emit_node(self, name: str, reason: str, message: str, etype: str = "Normal", dedupe: bool = False) -> None:
         c = self.env.cluster
@@ -420,11 +426,11 @@ class Disruption:
         sn = c.state_node_by_name(name)
         window = EVENT_DEDUPE.get(reason, 120.0) if dedupe else None
         node = sn.node if sn is not None else None
-        if not (window and rec.suppressed("Node", name, reason, message, window)):
-            rec.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window)
+        if not (window and rec.suppressed("Node", name, reason, message, window, dedupe_on=())):
+            rec.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window, dedupe_on=())
         if sn is not None and sn.claim is not None and not (
-                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, message, window)):
-            rec.publish(ref(sn.claim), reason, message, etype, dedupe=window)
+                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, message, window, dedupe_on=())):
+            rec.publish(ref(sn.claim), reason, message, etype, dedupe=window, dedupe_on=())
 
     # --- starting a command --------------------------------------------------------------------
     def start(self, cmd: Command) -> None:

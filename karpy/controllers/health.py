@@ -100,11 +100,11 @@ class NodeHealth:
         if not self._healthy_enough(nodepool, policies):
             where = "nodepool" if nodepool else "cluster"
             msg = f"more than 20% nodes are unhealthy in the {where}"
-            env.recorder.publish(ref(node), "NodeRepairBlocked", msg, "Warning", dedupe=BLOCKED_DEDUPE)
-            env.recorder.publish(ref(claim), "NodeRepairBlocked", msg, "Warning", dedupe=BLOCKED_DEDUPE)
+            env.recorder.publish(ref(node), "NodeRepairBlocked", msg, "Warning", dedupe=BLOCKED_DEDUPE, dedupe_on=())
+            env.recorder.publish(ref(claim), "NodeRepairBlocked", msg, "Warning", dedupe=BLOCKED_DEDUPE, dedupe_on=())
             if nodepool and nodepool in env.cluster.nodepools:
                 env.recorder.publish(ref(env.cluster.nodepools[nodepool]), "NodeRepairBlocked", msg, "Warning",
-                                     dedupe=BLOCKED_DEDUPE)
+                                     dedupe=BLOCKED_DEDUPE, dedupe_on=())
             return BLOCKED_RECHECK
         claim_name = claim["metadata"]["name"]
         stamped = parse_time((claim["metadata"].get("annotations") or {}).get(TERMINATION_TIMESTAMP))

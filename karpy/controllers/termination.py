@@ -132,7 +132,8 @@ class Termination:
             return None
         names = pretty_slice(sorted(va["metadata"]["name"] for va in pending), 5)
         self.env.recorder.publish(ref(node), "AwaitingVolumeDetachment",
-                                  f"Awaiting deletion of bound volumeattachments ({names})", dedupe=120.0)
+                                  f"Awaiting deletion of bound volumeattachments ({names})", dedupe=120.0,
+                                  dedupe_on=())  # upstream's DedupeValues: the node alone
         return 1.0
 
     def _pending_attachments(self, node: dict) -> list[dict]:
@@ -245,17 +246,17 @@ class Termination:
                 if st.do_not_disrupt(now):
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f'Failed to drain node, pod {e.key} has "karpenter.sh/do-not-disrupt" annotation',
-                                         "Warning", dedupe=120.0)
+                                         "Warning", dedupe=120.0, dedupe_on=())  # per node, as upstream
                     continue
                 why = evict(env, e, reason, metric_reason)
                 if why == PDB_BLOCKED:
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f"Failed to drain node, evicting pod violates a PDB (Pod={e.key})", "Warning",
-                                         dedupe=120.0)
+                                         dedupe=120.0, dedupe_on=())
                 elif why == MULTIPLE_PDBS:
                     env.recorder.publish(ref(node), "FailedDraining",
                                          f"Failed to drain node, eviction does not support multiple PDBs (Pod={e.key})",
-                                         "Warning", dedupe=120.0)
+                                         "Warning", dedupe=120.0, dedupe_on=())
                 elif why is None:
                     evicted += 1
         env.mgr.pump()

@@ -41,8 +41,10 @@ def pod_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 class Recorder:
-    """Publishes Events. ``dedupe`` suppresses an identical event (same object, reason and message)
-    within that many seconds, as upstream's recorder does for its noisy events."""
+    """Publishes Events. ``dedupe`` suppresses, within that many seconds, an event that repeats one already
+    published, as upstream's recorder does for its noisy events. What counts as a repeat is upstream's
+    ``DedupeValues``: the same object and reason, and ``dedupe_on`` when given (upstream names only the object
+    for most events: the first message stands for the whole window), else the same message."""
 
     def __init__(self, api: Any, clock: Any, component: str = "karpenter"):
         self.api = api
@@ -55,18 +57,19 @@ class Recorder:
         self._sources: dict[str, dict] = {}
 
     def suppressed(self, kind: str, name: str, reason: str, message: str, dedupe: float,
-                   namespace: str | None = None) -> bool:
-        """Whether :meth:`publish` with ``dedupe`` would drop this event now (an identical one is that recent):
-        a caller can skip building the reference. Records nothing."""
-        last = self._seen.get((kind, namespace, name, reason, message))
+                   namespace: str | None = None, dedupe_on: tuple | None = None) -> bool:
+        """Whether :meth:`publish` with ``dedupe`` (and ``dedupe_on``) would drop this event now (a repeat is that
+        recent): a caller can skip building the reference. Records nothing."""
+        last = self._seen.get((kind, namespace, name, reason) + ((message,) if dedupe_on is None else dedupe_on))
         return last is not None and self.clock.now() - last < dedupe
 
     def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
                 dedupe: float | None = None, annotations: Mapping[str, str] | None = None,
-                component: str | None = None) -> None:
+                component: str | None = None, dedupe_on: tuple | None = None) -> None:
         now = self.clock.now()
         if dedupe:
-            key = (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason, message)
+            key = (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason) + (
+                (message,) if dedupe_on is None else dedupe_on)
             last = self._seen.get(key)
             if last is not None and now - last < dedupe:
                 return

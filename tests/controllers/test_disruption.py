@@ -159,6 +159,30 @@ def test_consolidate_after_never_leaves_empty_nodes(h):
                for e in h.events("Unconsolidatable", involved=node))
 
 
+def test_a_node_says_why_it_is_unconsolidatable_once_in_fifteen_minutes_whatever_the_reason(h):
+    """Upstream's Unconsolidatable events are deduplicated on the node (and NodeClaim) alone for 15 minutes: the
+    first reason stands for the window even when the next pass finds another; after it the new reason is told."""
+    h.setup(_pool(policy="WhenEmpty"))
+    claim, node = _node(h, pods=1)
+    _pass(h)
+    h.patch("NodePool", "default", {"spec": {"disruption": {"consolidateAfter": "Never"}}})
+    h.reconcile("nodeclaim.disruption", claim)
+    h.tick(60)
+    _pass(h)
+
+    def said(kind, name):
+        return [e["message"] for e in h.events("Unconsolidatable", involved=name) if e["involvedObject"]["kind"] == kind]
+
+    busy = 'NodePool "default" has consolidation policy WhenEmpty, but node is not empty'
+    disabled = 'NodePool "default" has consolidation disabled'
+    assert said("Node", node) == [busy]
+    assert said("NodeClaim", claim) == [busy]
+    h.tick(15 * 60)
+    _pass(h)
+    assert said("Node", node) == [busy, disabled]
+    assert said("NodeClaim", claim) == [busy, disabled]
+
+
 def test_when_empty_policy_does_not_consolidate_busy_nodes(h):
     """consolidationPolicy WhenEmpty: an underutilized node is left alone, and says why."""
     h.setup(_pool(policy="WhenEmpty"))

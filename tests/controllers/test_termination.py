@@ -210,6 +210,26 @@ def test_a_pdb_blocks_eviction_and_the_node_waits(h):
     assert h.get("Node", name) is None
 
 
+def test_a_node_held_by_two_pdbs_says_so_once_in_two_minutes(h):
+    """Upstream deduplicates FailedDraining on the node alone for 2 minutes: the first pod a PDB holds is named,
+    the other pod held at the same time is not, until the window has passed."""
+    _, name = _managed(h)
+    for app in ("a", "b"):
+        _blocking_pdb(h, f"hold-{app}", {"app": app})
+        h.pod_on(name, name=f"held-{app}", labels={"app": app}, owner=RS_OWNER)
+    h.delete("Node", name)
+    for _ in range(3):
+        h.reconcile(TERMINATION, name)
+        h.tick(10)
+    assert _pod_names(h) == ["held-a", "held-b"]
+    said = [e["message"] for e in h.events("FailedDraining", involved=name)]
+    assert said == ["Failed to drain node, evicting pod violates a PDB (Pod=default/held-a)"]
+    h.tick(120)
+    h.reconcile(TERMINATION, name)
+    said = [e["message"] for e in h.events("FailedDraining", involved=name)]
+    assert len(said) == 2 and said[1].startswith("Failed to drain node, evicting pod violates a PDB (Pod=default/held-")
+
+
 def test_a_pod_under_two_pdbs_is_not_evicted(h):
     """The Eviction API answers 500 for a pod with two PDBs: upstream waits and says so."""
     _, name = _managed(h)
