@@ -168,3 +168,53 @@ def test_nodes_a_hostname_term_refuses_are_skipped_without_changing_any_placemen
         for k in range(2 if i % 4 == 0 else 1 if i % 4 == 2 else 0):  # hostname-spread pods: below the skew
             j = int(moved_to[f"hs-{i}-{k}"].rsplit("-", 1)[1])
             assert j % 4 != 0
+
+
+def _counts(prep) -> list:
+    return [(ident, dict(g.counts), dict(g.owners), g.total) for ident, g in prep.base.topology.groups.items()]
+
+
+def _prepare(snapshot):
+    from karpy.scheduling.scheduler import Prepared
+    nodes = [n.existing for n in snapshot.nodes]
+    pods = [p.info for n in snapshot.nodes for p in n.pods]
+    return Prepared(snapshot.templates, nodes, pods)
+
+
+def test_a_pass_counts_only_the_nodes_that_changed_into_the_last_pass_topology(monkeypatch):
+    """A preparation whose groups are the last one's starts from its counts and counts in or out only the nodes
+    that came or went (a node whose pods changed is both): every group ends with the counts, owners and totals
+    a fresh count gives, and the simulations over it place pods as a fresh scheduler does."""
+    from karpy.scheduling import scheduler as sched
+    c = _cluster()
+    _prepare(c.snapshot())
+    # a pass's command: node-04 goes, its zone-spread and plain pods move onto node-07, a replacement comes
+    gone = next(n for n in c.nodes if n.name == "node-04")
+    c.nodes.remove(gone)
+    seven = next(n for n in c.nodes if n.name == "node-07")
+    c.nodes.remove(seven)
+    moved = [dpod("zs-4", cpu="500m", memory="512Mi", labels={"app": "zs"}, **_spread("zs", "topology.kubernetes.io/zone")),
+             dpod("plain-4", cpu="750m", memory="512Mi")]
+    c.node("node-07", itype=seven.instance_type, pods=list(seven.pods) + moved, zone=seven.zone)
+    c.node("node-12", itype="std-8", zone=ZONES[1], pods=[
+        dpod("anti-4", cpu="250m", labels={"app": "anti"}, **_anti("anti")),
+        dpod("hs-4", cpu="1", labels={"app": "hs"}, **_spread("hs", "kubernetes.io/hostname"))])
+    snapshot = c.snapshot()
+    fresh_counts = []
+    monkeypatch.setattr(sched.Scheduler, "_register_existing_topology",
+                        lambda self, classes, _orig=sched.Scheduler._register_existing_topology:
+                        (fresh_counts.append(1), _orig(self, classes)))
+    incremental = _prepare(snapshot)
+    assert fresh_counts == []  # counted from the last pass's counts
+    sched._LAST_TOPOLOGY[0] = None
+    fresh = _prepare(snapshot)
+    assert fresh_counts == [1]
+    assert _counts(incremental) == _counts(fresh)
+    zs = next(g for g in incremental.base.topology.groups.values() if g.key == "topology.kubernetes.io/zone")
+    assert zs.counts == {ZONES[0]: 4, ZONES[1]: 4, ZONES[2]: 4} and zs.total == 12
+    anti = next(g for g in incremental.base.topology.groups.values() if g.kind == "anti-affinity")
+    assert "node-04" not in anti.owners and anti.owners["node-12"] == 1
+    cands = {x.name: x for x in build_candidates(snapshot, "graceful", [])}
+    for names in (("node-12",), ("node-07",), ("node-00", "node-05")):
+        sim = simulate(snapshot, [cands[n] for n in names], consolidation=True)
+        assert _placements(sim.results) == _placements(_from_scratch(snapshot, set(names)))

@@ -669,7 +669,7 @@ class Prepared:
                 topo.affinity_group(t)
             for t in list(p.anti_affinity) + list(p.preferred_anti_affinity):
                 topo.anti_group(t)
-        base._register_existing_topology([])
+        _register_prepared_topology(base)
         self.base = base
         self.index = {n.node.name: i for i, n in enumerate(base.nodes)}
         self.existing = {n.name: n for n in existing}
@@ -756,22 +756,7 @@ class Prepared:
         ident, domain, pods, whether as owners of an anti-affinity term), in the order first met. A solve that
         leaves the node out takes them off its copy of the counts. (Not kept: preparations outlive their pass,
         and every solve of a pass leaves out other nodes.)"""
-        topo = self.base.topology
-        labels = _Node(node, None, -1).labels  # type: ignore[arg-type]
-        sums: dict[tuple, int] = {}
-        for _, p, n in _pod_classes(node):  # pods of a class are selected alike
-            for g in topo.selecting(p.namespace, p.labels, p.label_key):
-                d = labels.get(g.key)
-                if d is not None:
-                    k = (g.ident, d, False)
-                    sums[k] = sums.get(k, 0) + n
-            for t in p.anti_affinity:
-                g = topo.anti_group(t)
-                d = labels.get(g.key)
-                if d is not None:
-                    k = (g.ident, d, True)
-                    sums[k] = sums.get(k, 0) + n
-        return [(ident, d, k, owner) for (ident, d, owner), k in sums.items()]
+        return _held_counts(self.base.topology, node)
 
 
 class Scheduler:
@@ -2370,6 +2355,76 @@ class Scheduler:
 
 # (the idents of the last registry counted into, {label key: positions of the groups selecting it}), replaced whole
 _SELECTING: list = [None]
+# the groups (by ident, in order), the nodes counted and each group's counts of the last preparation (see
+# _register_prepared_topology); the entry keeps the nodes alive, so the ids in its keys name them
+_LAST_TOPOLOGY: list = [None]
+
+
+def _topology_source(n: ExistingNode) -> tuple:
+    """What a node's pods count into the groups depends on: its labels and name (its domains) and its bound pods
+    (neither is changed in place; a copy of the node for another solve shares them, and so the key)."""
+    return (id(n.labels), n.name, id(n.bound_pods), len(n.bound_pods))
+
+
+def _held_counts(topo: Topology, node: ExistingNode) -> list[tuple]:
+    """What the node's bound pods count into the registry's groups, summed per group and domain: (group ident,
+    domain, pods, whether as owners of an anti-affinity term), in the order first met."""
+    labels = _Node(node, None, -1).labels  # type: ignore[arg-type]
+    sums: dict[tuple, int] = {}
+    for _, p, n in _pod_classes(node):  # pods of a class are selected alike
+        for g in topo.selecting(p.namespace, p.labels, p.label_key):
+            d = labels.get(g.key)
+            if d is not None:
+                k = (g.ident, d, False)
+                sums[k] = sums.get(k, 0) + n
+        for t in p.anti_affinity:
+            g = topo.anti_group(t)
+            d = labels.get(g.key)
+            if d is not None:
+                k = (g.ident, d, True)
+                sums[k] = sums.get(k, 0) + n
+    return [(ident, d, k, owner) for (ident, d, owner), k in sums.items()]
+
+
+def _register_prepared_topology(base: "Scheduler") -> None:
+    """Count the pods bound to a preparation's nodes into its groups (as ``_register_existing_topology``).
+
+    A cluster's successive consolidation passes prepare nearly the same nodes with the same groups. When the
+    groups are the last preparation's, its counts are copied and only the nodes that came or went since (a node
+    whose bound pods changed is a new one) are counted in or out. Counts are sums, so each group ends with the
+    counts a fresh count gives; only the order in which a group lists its domains may differ, and the solves
+    read that order only to build sets, masks and minima."""
+    topo = base.topology
+    sig = tuple(topo.groups)
+    inputs = base._inputs()
+    now = {_topology_source(n): n for n in inputs}
+    last = _LAST_TOPOLOGY[0]
+    if last is not None and last[0] == sig and not base._bound_elsewhere:
+        before = last[1]
+        gone = [n for k, n in before.items() if k not in now]
+        came = [n for k, n in now.items() if k not in before]
+        if 2 * (len(gone) + len(came)) <= len(inputs):
+            changes = [(-1, c) for n in gone for c in _held_counts(topo, n)]
+            changes += [(1, c) for n in came for c in _held_counts(topo, n)]
+            if tuple(topo.groups) == sig:  # no node brought a group of its own (it is counted afresh below)
+                groups = topo.groups
+                for g, (counts, owners, total) in zip(groups.values(), last[2]):
+                    g.counts, g.owners, g.total = dict(counts), dict(owners), total
+                for sign, (ident, d, count, owner) in changes:
+                    g = groups[ident]
+                    src = g.owners if owner else g.counts
+                    left = src.get(d, 0) + sign * count
+                    if left:
+                        src[d] = left
+                    else:
+                        del src[d]
+                    if not owner:
+                        g.total += sign * count
+                _LAST_TOPOLOGY[0] = (sig, now, [(g.counts, g.owners, g.total) for g in groups.values()])
+                return
+            sig = tuple(topo.groups)
+    base._register_existing_topology([])
+    _LAST_TOPOLOGY[0] = (sig, now, [(g.counts, g.owners, g.total) for g in topo.groups.values()])
 
 
 def _registry_selecting(topo: Topology):
