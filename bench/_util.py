@@ -12,7 +12,10 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+    # after the trees PYTHONPATH names, so that bench/compare_commits.py's base tree (given that way) is the
+    # karpy a benchmark imports, and before everything else
+    _named = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path.insert(max((sys.path.index(p) + 1 for p in _named if p in sys.path), default=0), ROOT)
 
 MIB = 2**20
 GIB = 2**30
