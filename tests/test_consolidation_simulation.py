@@ -218,3 +218,60 @@ def test_a_pass_counts_only_the_nodes_that_changed_into_the_last_pass_topology(m
     for names in (("node-12",), ("node-07",), ("node-00", "node-05")):
         sim = simulate(snapshot, [cands[n] for n in names], consolidation=True)
         assert _placements(sim.results) == _placements(_from_scratch(snapshot, set(names)))
+
+
+def _mixed_cluster(seed: int) -> Cluster:
+    """Ten nodes of random sizes and discounts holding random pods: zone-spread, anti-affine and plain, some
+    too big for the smaller types. Single-node consolidation rejects most of them, for various reasons."""
+    import random
+    rng = random.Random(seed)
+    c = Cluster()
+    c.nodepool(requirements=[{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}])
+    for i in range(10):
+        size = rng.choice((2, 4, 8, 16))
+        pods = []
+        room = size * 1000 - 200
+        while room > 0 and len(pods) < 6:
+            cpu = min(room, rng.choice((250, 500, 1000, 1500, 3000, 6000)))
+            room -= cpu
+            kind = rng.random()
+            if kind < 0.25:
+                pods.append(dpod(cpu=f"{cpu}m", labels={"app": "zs"}, **_spread("zs", "topology.kubernetes.io/zone")))
+            elif kind < 0.4:
+                pods.append(dpod(cpu=f"{cpu}m", labels={"app": "anti"}, **_anti("anti")))
+            else:
+                pods.append(dpod(cpu=f"{cpu}m"))
+        price = None if rng.random() < 0.6 else round(rng.uniform(0.02, 0.3) * size / 4, 4)
+        kw = {} if price is None else {"price": price}
+        c.node(f"node-{i:02d}", itype=f"std-{size}", pods=pods, zone=ZONES[i % 3], **kw)
+    return c
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_single_node_simulations_cut_short_decide_and_explain_as_whole_ones(seed, monkeypatch):
+    """A single node's simulation is stopped once it opens a second NodeClaim or one no cheaper than the node,
+    and the reason is worked out by the whole simulation only when read: the pass chooses the same command and
+    publishes the same Unconsolidatable reasons as one whose simulations all run to the end."""
+    from karpy.disruption import methods
+    stopped = []
+    cut = methods._SingleProbeScheduler._check_price
+
+    def counting(self, claim):
+        try:
+            cut(self, claim)
+        except methods._CutShort:
+            stopped.append(claim)
+            raise
+
+    monkeypatch.setattr(methods._SingleProbeScheduler, "_check_price", counting)
+    fast = _mixed_cluster(seed).step()
+    fast_events = [(e.name, e.reason, e.message) for e in fast.events]
+    exact = methods.DisruptionEngine.compute_consolidation
+    monkeypatch.setattr(methods.DisruptionEngine, "compute_consolidation",
+                        lambda self, s, c, e, m, exact_=False: exact(self, s, c, e, m, exact=True))
+    whole = _mixed_cluster(seed).step()
+    describe = (lambda r: r.command.describe() if r.command else None)
+    assert describe(fast) == describe(whole)
+    assert fast_events == [(e.name, e.reason, e.message) for e in whole.events]
+    if any(e.message == "Can't replace with a cheaper node" for e in whole.events):
+        assert stopped, "no simulation was stopped early: the test no longer checks the early stop"

@@ -27,7 +27,7 @@ import bisect
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .. import resources as res
 from ..cloudprovider.types import LABEL_INSTANCE_TYPE, InstanceType
@@ -412,7 +412,7 @@ class Disruption:
     # --- events ---------------------------------------------------------------------------------
     def emit(self, e: Event) -> None:
         if e.kind == "Node":
-            self.emit_node(e.name, e.reason, e.message, e.etype, dedupe=True)
+            self.emit_node(e.name, e.reason, e.lazy_message, e.etype, dedupe=True)
         else:
             obj = self.env.cluster.nodepools.get(e.name) if e.kind == "NodePool" else None
             blocked = e.kind == "NodePool" and e.reason == "DisruptionBlocked"
@@ -420,16 +420,21 @@ class Disruption:
                                       dedupe=NODEPOOL_BLOCKED_DEDUPE if blocked else EVENT_DEDUPE.get(e.reason, 120.0),
                                       dedupe_on=None if blocked else ())
 
-    def emit_node(self, name: str, reason: str, message: str, etype: str = "Normal", dedupe: bool = False) -> None:
+    def emit_node(self, name: str, reason: str, message: str | Callable[[], str], etype: str = "Normal",
+                  dedupe: bool = False) -> None:
+        """The event on the node and its NodeClaim; ``message`` may be a function that works it out, called only
+        if the event is published (a repeat within the window is dropped whatever its message)."""
         c = self.env.cluster
         rec = self.env.recorder
         sn = c.state_node_by_name(name)
         window = EVENT_DEDUPE.get(reason, 120.0) if dedupe else None
         node = sn.node if sn is not None else None
-        if not (window and rec.suppressed("Node", name, reason, message, window, dedupe_on=())):
+        if not (window and rec.suppressed("Node", name, reason, "", window, dedupe_on=())):
+            message = message if isinstance(message, str) else message()
             rec.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window, dedupe_on=())
         if sn is not None and sn.claim is not None and not (
-                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, message, window, dedupe_on=())):
+                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, "", window, dedupe_on=())):
+            message = message if isinstance(message, str) else message()
             rec.publish(ref(sn.claim), reason, message, etype, dedupe=window, dedupe_on=())
 
     # --- starting a command --------------------------------------------------------------------

@@ -105,13 +105,42 @@ class Command:
         return f"replace [{names}] -> [{reps}]"
 
 
-@dataclass
 class Event:
-    kind: str  # Node | NodePool
-    name: str
-    reason: str
-    message: str
-    etype: str = "Normal"
+    """An event the engine asks its controller to publish. The message may be given as a function that works it
+    out (see :meth:`DisruptionEngine.compute_consolidation`): it is called once, when the message is first read,
+    so a controller whose recorder drops the event as a repeat never pays for it."""
+
+    __slots__ = ("kind", "name", "reason", "_message", "etype")
+
+    def __init__(self, kind: str, name: str, reason: str, message: str | Callable[[], str], etype: str = "Normal"):
+        self.kind = kind  # Node | NodePool
+        self.name = name
+        self.reason = reason
+        self._message = message
+        self.etype = etype
+
+    @property
+    def message(self) -> str:
+        m = self._message
+        if not isinstance(m, str):
+            m = self._message = m()
+        return m
+
+    @property
+    def lazy_message(self) -> str | Callable[[], str]:
+        """The message, or the function that works it out if it has not been read yet."""
+        return self._message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.kind, self.name, self.reason, self.message, self.etype) == (
+            other.kind, other.name, other.reason, other.message, other.etype)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Event({self.kind!r}, {self.name!r}, {self.reason!r}, {self.message!r}, {self.etype!r})"
 
 
 @dataclass
@@ -261,8 +290,8 @@ class Simulation:
     why: str | None
 
 
-class _SecondNodeClaim(Exception):
-    """A multi-node probe's simulation opened a second NodeClaim."""
+class _CutShort(Exception):
+    """A probe's simulation opened more NodeClaims than it may."""
 
 
 class _ProbeScheduler(Scheduler):
@@ -274,11 +303,39 @@ class _ProbeScheduler(Scheduler):
     reason. Stopping early gives the same answer without placing the rest of the pods.
     """
 
+    max_claims = 1
+
     def _new_claim(self, *args, **kwargs):
         out = super()._new_claim(*args, **kwargs)
-        if len(self.claims) > 1:
-            raise _SecondNodeClaim
+        if len(self.claims) > self.max_claims:
+            raise _CutShort
         return out
+
+
+class _SingleProbeScheduler(_ProbeScheduler):
+    """The simulation of a single-node candidate, stopped as soon as it opens a second NodeClaim or one that
+    cannot be cheaper than the candidate (``price``): it is rejected either way (see
+    DisruptionEngine.compute_consolidation). A solve that is not stopped is the full simulation."""
+
+    price = float("inf")
+
+    def _new_claim(self, *args, **kwargs):
+        out = super()._new_claim(*args, **kwargs)
+        if out[0]:
+            self._check_price(self.claims[-1])
+        return out
+
+    def _commit(self, cls, claim, n, new_req, new_idx) -> None:
+        narrowed = new_req is not claim.req or len(new_idx) != len(claim.idx)
+        super()._commit(cls, claim, n, new_req, new_idx)
+        if narrowed and claim.row >= 0:
+            self._check_price(claim)
+
+    def _check_price(self, claim) -> None:
+        # every type the NodeClaim may still end with is one of these, at no less than its cheapest offering the
+        # NodeClaim's requirements allow; pods placed on it later only narrow both
+        if claim.ts.prices(claim.req)[claim.idx].min() >= self.price:
+            raise _CutShort
 
 
 SIMULATIONS = [0]  # scheduling simulations run by the disruption engine in this process (for benchmarks)
@@ -377,6 +434,21 @@ def _rejection_key(snapshot: ClusterSnapshot, cands: Sequence[Candidate], probe:
     return _REJECTED[1], key, (snapshot.pending_pods, leaving, own)
 
 
+class _Deferred:
+    """A message worked out when first asked, once (events of one rejection share it)."""
+
+    __slots__ = ("_make", "_text")
+
+    def __init__(self, make: Callable[[], str]):
+        self._make: Callable[[], str] | None = make
+        self._text = ""
+
+    def __call__(self) -> str:
+        if self._make is not None:
+            self._text, self._make = self._make(), None
+        return self._text
+
+
 def _beyond_one_nodeclaim(snapshot: ClusterSnapshot, cands: Sequence[Candidate], pods: Sequence) -> bool:
     """Whether the pods a multi-node probe must place ask, in some resource, for more than the free room of every
     node left plus the largest instance type any NodePool offers: then no solve places them all on one new
@@ -392,11 +464,13 @@ def _beyond_one_nodeclaim(snapshot: ClusterSnapshot, cands: Sequence[Candidate],
 
 
 def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consolidation: bool,
-             refine: bool = False, probe: bool = False, own: list | None = None) -> Simulation:
+             refine: bool = False, probe: bool = False, own: list | None = None,
+             cheaper_than: float | None = None) -> Simulation:
     """Where would the candidates' pods go if the candidates were gone? (``refine``: with CostRefinement's
     re-packing of the new NodeClaims, for karpy's ConsolidationOptimizer; ``probe``: a multi-node probe,
-    given up, without results, once it needs a second new NodeClaim; ``own``: the candidates' pods to move,
-    when the caller has them already)"""
+    given up, without results, once it needs a second new NodeClaim; ``cheaper_than``: given up, without
+    results, once it needs a second new NodeClaim or one that cannot cost less than this, for a snapshot
+    without pending pods; ``own``: the candidates' pods to move, when the caller has them already)"""
     SIMULATIONS[0] += 1
     names = {c.name for c in candidates}
     prep, leaving = _prepared(snapshot, consolidation)
@@ -404,15 +478,21 @@ def simulate(snapshot: ClusterSnapshot, candidates: Sequence[Candidate], consoli
         own = _moving_pods(snapshot, candidates)
     pods = list(snapshot.pending_pods) + leaving + own
     probe = probe and not refine and not snapshot.pending_pods
-    sched = (_ProbeScheduler if probe else Scheduler).from_prepared(
+    if cheaper_than is not None and (refine or snapshot.pending_pods):
+        raise ValueError("a simulation stopped by price places only the candidates' and leaving nodes' pods")
+    kind = _SingleProbeScheduler if cheaper_than is not None else _ProbeScheduler if probe else Scheduler
+    sched = kind.from_prepared(
         prep, exclude=names, hostname_prefix="disruption-placeholder",
         min_values_best_effort=snapshot.min_values_best_effort,
         pin_counted=bool(snapshot.feature_gates.get("ZonePinning", False)))
     sched.refine = refine
+    if cheaper_than is not None:
+        sched.price = cheaper_than
     try:
         r = sched.solve(pods)
-    except _SecondNodeClaim:
-        return Simulation(None, False, "would need more than one new NodeClaim")
+    except _CutShort:
+        return Simulation(None, False, "would need more than one new NodeClaim" if cheaper_than is None else
+                          "would need more than one new NodeClaim or one no cheaper than the candidates")
     pending, uninitialized = _pending_and_uninitialized(snapshot)
     failed = [k for k in r.errors if k not in pending]
     if failed:
@@ -583,25 +663,35 @@ class DisruptionEngine:
 
     # --- consolidation core ----------------------------------------------------------------
     def compute_consolidation(self, snapshot: ClusterSnapshot, cands: Sequence[Candidate], events: list[Event] | None,
-                              method: str) -> Command | None:
+                              method: str, exact: bool = False) -> Command | None:
         single = len(cands) == 1
         # a multi-node probe reports no reason: its simulation may stop at a second new NodeClaim
         probe = method == "multi" and events is None and not single
         rejected, key, named = _rejection_key(snapshot, cands, probe)
 
-        def unconsolidatable(msg: str) -> None:
+        def unconsolidatable(msg: str | Callable[[], str]) -> None:
             rejected[key] = (named, msg)
             if single and events is not None:
                 events.append(Event("Node", cands[0].name, "Unconsolidatable", msg))
 
-        hit = rejected.get(key)
+        hit = None if exact else rejected.get(key)
         if hit is not None:
             unconsolidatable(hit[1])
             return None
         if probe and _beyond_one_nodeclaim(snapshot, cands, named[1] + named[2]):
             unconsolidatable("would need more than one new NodeClaim")
             return None
-        sim = simulate(snapshot, cands, consolidation=True, probe=probe, own=named[2])
+        if single and not exact and not snapshot.pending_pods:
+            # A single node's simulation that opens a second NodeClaim, or one whose types all cost at least the
+            # node, ends rejected whatever else happens (a pod left out, two or more NodeClaims, or one and no
+            # cheaper type): it is stopped there, and the reason, which only the whole simulation tells, is
+            # worked out only if the event is published.
+            sim = simulate(snapshot, cands, consolidation=True, own=named[2], cheaper_than=cands[0].price)
+            if sim.results is None:
+                unconsolidatable(_Deferred(lambda: self._reason(snapshot, cands, method)))
+                return None
+        else:
+            sim = simulate(snapshot, cands, consolidation=True, probe=probe, own=named[2])
         if not sim.ok:
             unconsolidatable(sentence(sim.why or ""))
             return None
@@ -664,6 +754,13 @@ class DisruptionEngine:
         replacement = NewNodeClaim(rep.template, rep.hostname, reqs, types, rep.pods, rep.requests)
         savings = price - cheapest_launch_price(types[0], reqs)
         return Command(UNDERUTILIZED, method, list(cands), [replacement], savings=savings, results=sim.results)
+
+    def _reason(self, snapshot: ClusterSnapshot, cands: Sequence[Candidate], method: str) -> str:
+        """Why the candidates cannot be consolidated, by the whole simulation (for a rejection decided early)."""
+        events: list[Event] = []
+        if self.compute_consolidation(snapshot, cands, events, method, exact=True) is not None:
+            raise AssertionError(f"consolidating {[c.name for c in cands]} was rejected early but succeeds")
+        return events[-1].message
 
     # --- karpy's ConsolidationOptimizer gate (karpy/disruption/optimizer.py) -------------------
     def _optimizer(self, snapshot: ClusterSnapshot, events: list[Event]) -> tuple[Command | None, bool]:

@@ -183,6 +183,26 @@ def test_a_node_says_why_it_is_unconsolidatable_once_in_fifteen_minutes_whatever
     assert said("NodeClaim", claim) == [busy, disabled]
 
 
+def test_a_reason_worked_out_on_demand_is_worked_out_only_when_published(h):
+    """The engine may hand over an Unconsolidatable reason as a function (its whole simulation, run only when
+    asked): a repeat the recorder drops within the window never calls it, the first one after it does, once for the node and its NodeClaim."""
+    h.setup(_pool(policy="WhenEmpty"))
+    _, node = _node(h, pods=1)
+    _pass(h)
+    asked = []
+
+    def reason():
+        asked.append(1)
+        return "Can't replace with a cheaper node"
+
+    h.disruption.emit_node(node, "Unconsolidatable", reason, dedupe=True)
+    assert asked == []
+    h.tick(15 * 60)
+    h.disruption.emit_node(node, "Unconsolidatable", reason, dedupe=True)
+    assert asked == [1]  # once, for the Node's event and the NodeClaim's
+    assert [e["message"] for e in h.events("Unconsolidatable", involved=node)][-1] == "Can't replace with a cheaper node"
+
+
 def test_when_empty_policy_does_not_consolidate_busy_nodes(h):
     """consolidationPolicy WhenEmpty: an underutilized node is left alone, and says why."""
     h.setup(_pool(policy="WhenEmpty"))
