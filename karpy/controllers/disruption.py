@@ -429,13 +429,14 @@ class Disruption:
         sn = c.state_node_by_name(name)
         window = EVENT_DEDUPE.get(reason, 120.0) if dedupe else None
         node = sn.node if sn is not None else None
-        if not (window and rec.suppressed("Node", name, reason, "", window, dedupe_on=())):
+        targets = [("Node", name, lambda: ref(node, kind="Node", name=name))]
+        if sn is not None and sn.claim is not None:
+            targets.append(("NodeClaim", sn.claim_name or "", lambda: ref(sn.claim)))
+        for kind, obj_name, involved in targets:
+            if window and rec.suppressed(kind, obj_name, reason, "", window, dedupe_on=()):
+                continue
             message = message if isinstance(message, str) else message()
-            rec.publish(ref(node, kind="Node", name=name), reason, message, etype, dedupe=window, dedupe_on=())
-        if sn is not None and sn.claim is not None and not (
-                window and rec.suppressed("NodeClaim", sn.claim_name or "", reason, "", window, dedupe_on=())):
-            message = message if isinstance(message, str) else message()
-            rec.publish(ref(sn.claim), reason, message, etype, dedupe=window, dedupe_on=())
+            rec.publish(involved(), reason, message, etype, dedupe=window, dedupe_on=())
 
     # --- starting a command --------------------------------------------------------------------
     def start(self, cmd: Command) -> None:

@@ -40,6 +40,11 @@ def pod_annotations(pod: Mapping[str, Any]) -> dict[str, str]:
     return {OWNER_ANNOTATION: owner, LABELS_ANNOTATION: json.dumps(meta.get("labels") or {}, sort_keys=True)}
 
 
+def _dedupe_key(kind: Any, namespace: Any, name: Any, reason: str, message: str, dedupe_on: tuple | None) -> tuple:
+    """What makes two events repeats of each other (see Recorder)."""
+    return (kind, namespace, name, reason) + ((message,) if dedupe_on is None else dedupe_on)
+
+
 class Recorder:
     """Publishes Events. ``dedupe`` suppresses, within that many seconds, an event that repeats one already
     published, as upstream's recorder does for its noisy events. What counts as a repeat is upstream's
@@ -60,7 +65,7 @@ class Recorder:
                    namespace: str | None = None, dedupe_on: tuple | None = None) -> bool:
         """Whether :meth:`publish` with ``dedupe`` (and ``dedupe_on``) would drop this event now (a repeat is that
         recent): a caller can skip building the reference. Records nothing."""
-        last = self._seen.get((kind, namespace, name, reason) + ((message,) if dedupe_on is None else dedupe_on))
+        last = self._seen.get(_dedupe_key(kind, namespace, name, reason, message, dedupe_on))
         return last is not None and self.clock.now() - last < dedupe
 
     def publish(self, involved: dict, reason: str, message: str, etype: str = "Normal",
@@ -68,8 +73,8 @@ class Recorder:
                 component: str | None = None, dedupe_on: tuple | None = None) -> None:
         now = self.clock.now()
         if dedupe:
-            key = (involved.get("kind"), involved.get("namespace"), involved.get("name"), reason) + (
-                (message,) if dedupe_on is None else dedupe_on)
+            key = _dedupe_key(involved.get("kind"), involved.get("namespace"), involved.get("name"), reason, message,
+                              dedupe_on)
             last = self._seen.get(key)
             if last is not None and now - last < dedupe:
                 return
